@@ -1,0 +1,165 @@
+// The timing harness on a real GPU: its ceilings are plausible, it times known durations
+// right, and each rule it enforces fires on work that breaks it.
+#include <cuda_runtime.h>
+
+#include "wb/api_counter.hpp"
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+#include "wb/testing.hpp"
+#include "wb/timing.hpp"
+
+namespace {
+
+__global__ void read_sum(const float4* in, std::size_t n, float* out) {
+  float acc = 0;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    acc += in[i].x + in[i].y + in[i].z + in[i].w;
+  if (acc == 12345.f) *out = acc;  // keeps the loads alive; practically never true
+}
+
+wb::BenchOptions quick(const std::string& name) {
+  wb::BenchOptions o;
+  o.name = name;
+  o.min_samples = 10;
+  o.min_time_ms = 5;
+  o.max_time_ms = 500;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("ceilings: copy bandwidth is plausible for this GPU's memory") {
+  WB_REQUIRE_GPU();
+  const auto& c = wb::measured_ceilings();
+  const auto& d = wb::device_info();
+  // Theoretical DRAM bandwidth: memory clock x bus width x 2 (double data rate).
+  const double theoretical_gbps = 2.0 * d.mem_clock_mhz * 1e6 * (d.mem_bus_bits / 8.0) / 1e9;
+  wb::testing::record_metric("copy_gbps", c.copy_gbps);
+  wb::testing::record_metric("theoretical_gbps", theoretical_gbps);
+  wb::testing::record_metric("launch_us", c.launch_us);
+  wb::testing::record_metric("launch_sync_us", c.launch_sync_us);
+  MESSAGE("copy " << c.copy_gbps << " GB/s of " << theoretical_gbps << " theoretical; launch "
+                  << c.launch_us << " us back to back, " << c.launch_sync_us << " us with a sync");
+  CHECK(c.copy_gbps > 0.6 * theoretical_gbps);
+  CHECK(c.copy_gbps < 1.05 * theoretical_gbps);
+  CHECK(c.launch_us > 0.3);
+  CHECK(c.launch_us < 20);
+  CHECK(c.launch_sync_us >= c.launch_us);
+}
+
+TEST_CASE("a kernel of known duration is timed to within 2%") {
+  WB_REQUIRE_GPU();
+  for (double us : {50.0, 500.0}) {
+    wb::Bench bench(quick("spin " + std::to_string(us) + " us"));
+    const wb::Stats s = bench.run([&](cudaStream_t st) { wb::launch_spin_kernel(us * 1e3, st); });
+    CHECK_MESSAGE(s.median_us == doctest::Approx(us).epsilon(0.02), "median " << s.median_us);
+    CHECK(s.min_us <= s.median_us);
+    CHECK(s.max_us >= s.median_us);
+  }
+}
+
+TEST_CASE("host clock: synchronizes around the work") {
+  WB_REQUIRE_GPU();
+  auto o = quick("spin 300 us, host clock");
+  o.clock = wb::Clock::Host;
+  wb::Bench bench(o);
+  const wb::Stats s = bench.run([&](cudaStream_t st) { wb::launch_spin_kernel(300e3, st); });
+  CHECK(s.median_us >= 300);
+  CHECK(s.median_us < 300 + 100);
+}
+
+TEST_CASE("rule 4: work launched on another stream is caught") {
+  WB_REQUIRE_GPU();
+  cudaStream_t other;
+  WB_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  wb::Bench bench(quick("escaping work"));
+  CHECK_THROWS_WITH_AS(
+      bench.run([&](cudaStream_t) { wb::launch_spin_kernel(200e3, other); }),
+      doctest::Contains("rule 4"), wb::TimingViolation);
+  WB_CUDA(cudaStreamSynchronize(other));
+  WB_CUDA(cudaStreamDestroy(other));
+}
+
+TEST_CASE("rule 4: a synchronize inside the timed region is caught") {
+  WB_REQUIRE_GPU();
+  if (!wb::ApiCounter::available()) {
+    wb::testing::mark_skipped("skipped: CUPTI unavailable: " + wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  wb::Bench bench(quick("synchronizing work"));
+  CHECK_THROWS_WITH_AS(bench.run([&](cudaStream_t st) {
+                         wb::launch_spin_kernel(20e3, st);
+                         WB_CUDA(cudaStreamSynchronize(st));
+                       }),
+                       doctest::Contains("rule 4"), wb::TimingViolation);
+}
+
+TEST_CASE("rule 8: a time below the physical floor is rejected") {
+  WB_REQUIRE_GPU();
+  auto o = quick("claims 4 GB in a 10 us kernel");
+  o.bytes = 4e9;
+  wb::Bench bench(o);
+  CHECK_THROWS_WITH_AS(bench.run([&](cudaStream_t st) { wb::launch_spin_kernel(10e3, st); }),
+                       doctest::Contains("rule 8"), wb::TimingViolation);
+}
+
+TEST_CASE("rule 5: cold timing of L2-resident data is slower than hot") {
+  WB_REQUIRE_GPU();
+  // A quarter of L2: stays cached between hot repeats, flushed before each cold one.
+  const std::size_t n4 = wb::device_info().l2_bytes / 4 / sizeof(float4);
+  wb::DeviceBuffer<float4> in(n4);
+  WB_CUDA(cudaMemset(in.data(), 0, in.bytes()));
+  wb::DeviceBuffer<float> out(1);
+  const int blocks = wb::device_info().sm_count * 4;
+  auto work = [&](cudaStream_t st) {
+    read_sum<<<blocks, 256, 0, st>>>(in.data(), n4, out.data());
+  };
+  auto o = quick("read L2/4");
+  o.bytes = double(in.bytes());
+  o.cache = wb::Cache::Hot;
+  wb::Bench hot(o);
+  o.cache = wb::Cache::Cold;
+  wb::Bench cold(o);
+  const double hot_us = hot.run(work).median_us;
+  const double cold_us = cold.run(work).median_us;
+  wb::testing::record_metric("hot_us", hot_us);
+  wb::testing::record_metric("cold_us", cold_us);
+  MESSAGE("hot " << hot_us << " us, cold " << cold_us << " us");
+  CHECK(cold_us > 1.15 * hot_us);
+}
+
+TEST_CASE("rule 7: verify runs after timing; rule 1: a bad launch fails loudly") {
+  WB_REQUIRE_GPU();
+  wb::Bench bench(quick("verify"));
+  int verified = 0;
+  bench.run([&](cudaStream_t st) { wb::launch_spin_kernel(5e3, st); }, [&] { ++verified; });
+  CHECK(verified == 1);
+  wb::Bench bad(quick("bad launch"));
+  CHECK_THROWS_AS(bad.run([&](cudaStream_t st) { read_sum<<<1, 2048, 0, st>>>(nullptr, 0, nullptr); }),
+                  wb::CudaError);
+}
+
+TEST_CASE("API counter: counts allocations, copies by direction and synchronizations") {
+  WB_REQUIRE_GPU();
+  if (!wb::ApiCounter::available()) {
+    wb::testing::mark_skipped("skipped: CUPTI unavailable: " + wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  std::vector<float> host(1000, 1.0f);
+  wb::ApiCounter counter;
+  float* d = nullptr;
+  WB_CUDA(cudaMalloc(&d, 4000));
+  WB_CUDA(cudaMemcpy(d, host.data(), 4000, cudaMemcpyHostToDevice));
+  WB_CUDA(cudaMemcpy(host.data(), d, 2000, cudaMemcpyDefault));
+  WB_CUDA(cudaDeviceSynchronize());
+  WB_CUDA(cudaFree(d));
+  const wb::ApiCounts c = counter.counts();
+  MESSAGE(c.summary());
+  CHECK(c.mallocs == 1);
+  CHECK(c.frees == 1);
+  CHECK(c.memcpys == 2);
+  CHECK(c.bytes_h2d == 4000);
+  CHECK(c.bytes_d2h == 2000);
+  CHECK(c.syncs == 1);
+}
