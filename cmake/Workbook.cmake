@@ -31,8 +31,19 @@ function(_wb_json_list out json)
   set(${out} "${items}" PARENT_SCOPE)
 endfunction()
 
-function(_wb_add_test_binary target source chapter_lib id kind gpu labels)
-  add_executable(${target} ${source})
+# A test source depends only on the chapter's API header, so it is compiled once (an object
+# library) and linked against each build: solution, student, and every fixture.
+function(_wb_test_objects obj source slug dir)
+  if(NOT TARGET ${obj})
+    add_library(${obj} OBJECT ${source})
+    target_include_directories(${obj} PRIVATE "${PROJECT_SOURCE_DIR}/chapters/${slug}"
+                                              "${PROJECT_SOURCE_DIR}/${dir}")
+    target_link_libraries(${obj} PRIVATE wb::lib wb::doctest)
+  endif()
+endfunction()
+
+function(_wb_add_test_binary target obj chapter_lib)
+  add_executable(${target} $<TARGET_OBJECTS:${obj}>)
   target_link_libraries(${target} PRIVATE ${chapter_lib} wb::test_main)
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
@@ -98,7 +109,9 @@ function(wb_add_chapter dir)
         set(where cpu)
       endif()
       set(target test_${id}_${kind}_${build})
-      _wb_add_test_binary(${target} "${PROJECT_SOURCE_DIR}/${dir}/${file}" ${lib} ${id} ${kind} ${gpu} "")
+      string(MAKE_C_IDENTIFIER "ch${id}_obj_${file}" obj)
+      _wb_test_objects(${obj} "${PROJECT_SOURCE_DIR}/${dir}/${file}" ${slug} ${dir})
+      _wb_add_test_binary(${target} ${obj} ${lib})
       add_test(NAME ${id}.${kind}.${build} COMMAND ${target})
       set_tests_properties(${id}.${kind}.${build} PROPERTIES
         LABELS "ch${id};${where};${kind};${build}"
@@ -152,7 +165,9 @@ function(wb_add_chapter dir)
     target_link_libraries(${lib} PUBLIC wb::lib)
     target_compile_definitions(${lib} PUBLIC WB_BUILD_NAME="fixture" WB_CHAPTER_ID="${id}")
     set(target test_${id}_fixture_${name})
-    _wb_add_test_binary(${target} "${PROJECT_SOURCE_DIR}/${dir}/${test_file}" ${lib} ${id} fixture ON "")
+    string(MAKE_C_IDENTIFIER "ch${id}_obj_${test_file}" obj)
+    _wb_test_objects(${obj} "${PROJECT_SOURCE_DIR}/${dir}/${test_file}" ${slug} ${dir})
+    _wb_add_test_binary(${target} ${obj} ${lib})
     add_test(NAME ${id}.fixture.${name} COMMAND ${target})
     set_tests_properties(${id}.fixture.${name} PROPERTIES
       LABELS "ch${id};gpu;fixture;solution"

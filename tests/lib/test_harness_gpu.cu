@@ -48,12 +48,16 @@ TEST_CASE("ceilings: copy bandwidth is plausible for this GPU's memory") {
   CHECK(c.launch_sync_us >= c.launch_us);
 }
 
-TEST_CASE("a kernel of known duration is timed to within 2%") {
+TEST_CASE("a kernel of known duration is timed to within 2% + one launch") {
   WB_REQUIRE_GPU();
-  for (double us : {50.0, 500.0}) {
+  // Events bracket the launch too, so the launch latency is part of any single-kernel time.
+  const double launch = wb::measured_ceilings().launch_sync_us;
+  for (double us : {50.0, 500.0, 2000.0}) {
     wb::Bench bench(quick("spin " + std::to_string(us) + " us"));
     const wb::Stats s = bench.run([&](cudaStream_t st) { wb::launch_spin_kernel(us * 1e3, st); });
-    CHECK_MESSAGE(s.median_us == doctest::Approx(us).epsilon(0.02), "median " << s.median_us);
+    MESSAGE("spin " << us << " us measured " << s.median_us << " us");
+    CHECK(s.median_us >= us);
+    CHECK(s.median_us <= us * 1.02 + launch);
     CHECK(s.min_us <= s.median_us);
     CHECK(s.max_us >= s.median_us);
   }

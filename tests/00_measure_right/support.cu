@@ -1,0 +1,56 @@
+// Chapter 00 test support (compiled into the chapter library; never taken from a submission).
+#include "support.hpp"
+
+#include <algorithm>
+
+#include "wb/check.hpp"
+#include "wb/device.hpp"
+#include "wb/timing.hpp"
+
+namespace ch00 {
+
+namespace support {
+CallLog& call_log() {
+  static CallLog log;
+  return log;
+}
+void reset_log(cudaStream_t expected_stream) {
+  call_log() = CallLog{};
+  call_log().expected_stream = expected_stream;
+}
+
+Probe::Probe(cudaStream_t s, std::function<double(int)> d) : stream(s), duration_us(std::move(d)) {}
+
+Work Probe::work() {
+  return [this](cudaStream_t s) {
+    if (s != stream) ++calls_on_other_streams;
+    call_log().order += 'W';
+    wb::launch_spin_kernel(duration_us(calls) * 1e3, s);
+    ++calls;
+  };
+}
+
+TestStream::TestStream() { WB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+TestStream::~TestStream() {
+  if (s) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+}
+}  // namespace support
+
+void flush_l2(cudaStream_t stream) {
+  // Writing twice the L2's size evicts whatever was cached.
+  static void* buffer = nullptr;
+  static std::size_t bytes = 0;
+  if (!buffer) {
+    bytes = std::max<std::size_t>(2 * wb::device_info().l2_bytes, std::size_t(8) << 20);
+    WB_CUDA(cudaMalloc(&buffer, bytes));
+  }
+  auto& log = support::call_log();
+  log.order += 'F';
+  if (stream != log.expected_stream) ++log.flushes_on_other_streams;
+  WB_CUDA(cudaMemsetAsync(buffer, 0, bytes, stream));
+}
+
+}  // namespace ch00
