@@ -10,6 +10,7 @@ void register_grade(CLI::App& app);      // grade and grade-all
 void register_bench(CLI::App& app);
 void register_report(CLI::App& app);
 void register_generate(CLI::App& app);
+void register_lessons(CLI::App& app);     // fill lesson numbers from results files
 
 void register_all(CLI::App& app);
 void set_exit_code(int code);

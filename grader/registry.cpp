@@ -16,6 +16,7 @@ void register_all(CLI::App& app) {
   register_bench(app);
   register_report(app);
   register_generate(app);
+  register_lessons(app);
 }
 
 }  // namespace wb::cli
