@@ -1,0 +1,76 @@
+#include "wb/model/matvec_check.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+#include "wb/random.hpp"
+
+namespace wb::model {
+
+std::vector<double> matvec_reference(std::span<const float> W, std::span<const float> x, int n, int d) {
+  if (W.size() != std::size_t(n) * std::size_t(d) || x.size() != std::size_t(n))
+    throw std::invalid_argument("matvec_reference: W must hold d*n floats and x n floats");
+  std::vector<double> out(static_cast<std::size_t>(d));
+  for (int i = 0; i < d; ++i) {
+    const float* row = W.data() + std::size_t(i) * std::size_t(n);
+    double sum = 0.0;
+    for (int j = 0; j < n; ++j) sum += double(row[j]) * double(x[std::size_t(j)]);
+    out[std::size_t(i)] = sum;
+  }
+  return out;
+}
+
+Tolerance matvec_tolerance(int n) { return {2e-5 * std::sqrt(double(n)), 1e-5}; }
+
+namespace {
+struct Inputs {
+  std::vector<float> W, x;
+  std::vector<double> expected;
+};
+
+Inputs make_inputs(int n, int d, const MatvecCheck& check) {
+  const std::string label = "ch" + check.chapter + "/matvec/" + std::to_string(d) + "x" + std::to_string(n);
+  Inputs in;
+  in.W = random_uniform(std::size_t(n) * std::size_t(d), -1.0f, 1.0f, label + "/W");
+  in.x = random_uniform(std::size_t(n), -1.0f, 1.0f, label + "/x");
+  in.expected = matvec_reference(in.W, in.x, n, d);
+  return in;
+}
+
+CompareSpec spec_for(int n, int d, const MatvecCheck& check) {
+  CompareSpec spec;
+  spec.chapter = check.chapter;
+  spec.what = check.what + " (W " + std::to_string(d) + "x" + std::to_string(n) + ", i.e. d=" +
+              std::to_string(d) + " rows of n=" + std::to_string(n) + ")";
+  spec.shape = {std::size_t(d)};
+  spec.tol = matvec_tolerance(n);
+  spec.hint = check.hint;
+  return spec;
+}
+}  // namespace
+
+CompareResult check_device_matvec(const DeviceMatvec& launch, int n, int d, const MatvecCheck& check) {
+  const Inputs in = make_inputs(n, d, check);
+  DeviceBuffer<float> W{std::span<const float>(in.W)}, x{std::span<const float>(in.x)}, y{std::size_t(d)};
+  cudaStream_t stream;
+  WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  y.poison(stream);
+  launch(y.data(), x.data(), W.data(), n, d, stream);
+  WB_CUDA(cudaGetLastError());
+  WB_CUDA(cudaStreamSynchronize(stream));
+  WB_CUDA(cudaStreamDestroy(stream));
+  const std::vector<float> got = y.download();
+  return compare(got, in.expected, spec_for(n, d, check));
+}
+
+CompareResult check_host_matvec(const HostMatvec& matvec, int n, int d, const MatvecCheck& check) {
+  const Inputs in = make_inputs(n, d, check);
+  std::vector<float> out(std::size_t(d), std::numeric_limits<float>::quiet_NaN());  // poisoned
+  matvec(out.data(), in.x.data(), in.W.data(), n, d);
+  return compare(out, in.expected, spec_for(n, d, check));
+}
+
+}  // namespace wb::model
