@@ -1,0 +1,140 @@
+// workbook generate: text from a llama2.c model, with the matmuls on the CPU or on a
+// chapter's GPU code (01 naive, 02 preallocated, 03 persistent weights).
+//
+//   ./workbook generate                                   # synthetic 110M model, CPU
+//   ./workbook generate --model stories260K.bin --tokenizer tok512.bin --backend 03
+//   ./workbook generate --backend 01 --build student --prompt "Once upon a time"
+//   ./workbook generate --save-synthetic synthetic110m.bin  # for llama2.c's run.c
+//
+// The CPU backend runs here (wb::model). The GPU backends live in the chapters' libraries,
+// which only chapter 03's bench program links (all three chapters, one build): this
+// command builds build/bin/bench_03_<build> and runs its `generate` subcommand.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+#ifdef WB_HAVE_MODEL
+#include "wb/model/checkpoint.hpp"
+#include "wb/model/generate_cli.hpp"
+#include "wb/model/matmul.hpp"
+#include "wb/model/synthetic.hpp"
+#endif
+
+extern char** environ;
+
+namespace wb::cli {
+namespace {
+
+// Runs argv (no shell) and returns its exit status (127 when it cannot be started).
+int run_and_wait(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return 127;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct Options {
+  std::string backend = "cpu";
+  std::string build = "solution";
+  std::string model, tokenizer, prompt, save_synthetic;
+  int steps = 256;
+  float temperature = 0.0f;
+  unsigned long long seed = 42;
+  int threads = 0;
+};
+
+// The GPU backends: build chapter 03's bench program for `build` and let it generate.
+int generate_on_gpu(const Options& o) {
+  const std::string target = "bench_03_" + o.build;
+  const std::string binary_dir = WB_BINARY_DIR;
+  std::cerr << "workbook generate: building " << target << " (chapters 01-03, " << o.build << " build)\n";
+  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}) != 0) {
+    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: backend "
+              << o.backend << " needs chapters 01, 02 and 03 configured"
+              << (o.build == "student" ? " and your chapter files compiling" : "")
+              << "; `./workbook check 03` shows what is missing.\n";
+    return 2;
+  }
+  std::vector<std::string> args = {binary_dir + "/bin/" + target, "generate", "--backend", o.backend,
+                                   "--steps", std::to_string(o.steps), "--temperature",
+                                   std::to_string(o.temperature), "--seed", std::to_string(o.seed),
+                                   "--threads", std::to_string(o.threads)};
+  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
+  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
+  const int code = run_and_wait(args);
+  if (code == 77) std::cerr << "workbook generate: backend " << o.backend << " needs a CUDA device; try --backend cpu\n";
+  return code;
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "generate",
+      "Generate text with a llama2.c model; the matmuls run on the CPU or on chapter 01/02/03's GPU code. "
+      "Without --model: WB_DATA_DIR's stories260K.bin, else the synthetic 110M model.");
+  cmd->add_option("--backend", options->backend, "where the matmuls run: cpu, 01, 02 or 03")
+      ->check(CLI::IsMember({"cpu", "01", "02", "03"}))
+      ->capture_default_str();
+  cmd->add_option("--build", options->build, "GPU backends: the reference (solution) or your code (student)")
+      ->check(CLI::IsMember({"solution", "student"}))
+      ->capture_default_str();
+  cmd->add_option("--model", options->model, "llama2.c checkpoint (.bin)");
+  cmd->add_option("--tokenizer", options->tokenizer, "llama2.c tokenizer (default: tok<vocab>.bin or tokenizer.bin next to the model)");
+  cmd->add_option("--prompt", options->prompt, "text to start from");
+  cmd->add_option("--steps", options->steps, "forward passes (capped at the model's context)")->capture_default_str();
+  cmd->add_option("--temperature", options->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "sampling seed (with --temperature > 0)")->capture_default_str();
+  cmd->add_option("--threads", options->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--save-synthetic", options->save_synthetic,
+                  "write the synthetic 110M model as a llama2.c checkpoint to this file and exit");
+  cmd->callback([options] {
+#ifdef WB_HAVE_MODEL
+    const Options& o = *options;
+    if (!o.save_synthetic.empty()) {
+      try {
+        const wb::model::Model m = wb::model::make_synthetic(wb::model::synthetic_110m());
+        wb::model::save_checkpoint(m, o.save_synthetic);
+        std::cerr << "wrote " << m.origin() << " to " << o.save_synthetic << "\n";
+        set_exit_code(0);
+      } catch (const std::exception& e) {
+        std::cerr << "workbook generate: " << e.what() << "\n";
+        set_exit_code(2);
+      }
+      return;
+    }
+    if (o.backend != "cpu") {
+      set_exit_code(generate_on_gpu(o));
+      return;
+    }
+    wb::model::GenerateRequest request;
+    request.model_path = o.model;
+    request.tokenizer_path = o.tokenizer;
+    request.prompt = o.prompt;
+    request.steps = o.steps;
+    request.temperature = o.temperature;
+    request.seed = o.seed;
+    request.threads = o.threads;
+    wb::model::CpuMatmul cpu(o.threads);
+    set_exit_code(wb::model::run_generate(request, cpu, std::cout, std::cerr));
+#else
+    (void)options;
+    std::cerr << "workbook generate: this build has no model engine (lib/model was not configured)\n";
+    set_exit_code(2);
+#endif
+  });
+}
+
+}  // namespace wb::cli

@@ -1,0 +1,387 @@
+// workbook report: the comparison notebooks, executed headless, as HTML with their figures.
+//
+//   1. finds the results: the directories given with --results-dir, or else results/ (what
+//      `./workbook bench` wrote here) in front of data/results/ (the reference results
+//      measured on an H200 and shipped with the workbook). A file in an earlier directory
+//      shadows the same name in a later one, chapter by chapter, so the report works on any
+//      machine and shows local numbers wherever they exist;
+//   2. validates every results file first (notebooks/wbplots.py validate: JSON Schema in
+//      docs/results.schema.json plus the rules a schema cannot say) and stops with a message
+//      naming each malformed file;
+//   3. runs `python3 -m nbconvert --execute --to html` on each notebook in notebooks/, with
+//      WB_RESULTS_PATH, WB_REPORT_DIR, WB_NOTEBOOK and WB_GRADEBOOK telling the notebook what
+//      to read and where its PNG figures go;
+//   4. writes <out>/<notebook>.html, <out>/figures/<notebook>/*.png and <out>/index.html.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "commands.hpp"
+#include "core/process.hpp"
+
+namespace wb::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------------------------------
+// Running a child (Python, nbconvert) with its output captured. The grader's process runner
+// puts it in its own process group and kills the whole group on a timeout or an interrupt,
+// so an executing notebook's Jupyter kernel never outlives the report.
+// ---------------------------------------------------------------------------------------
+
+struct Captured {
+  grader::ProcessResult result;
+  double timeout_s = 0;
+  bool ok() const { return result.ok(); }
+  bool started() const { return result.started; }
+  const std::string& output() const { return result.output; }
+  std::string describe() const { return result.describe(timeout_s); }
+};
+
+Captured run_captured(const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& set,
+                      const std::vector<std::string>& unset, double timeout_s) {
+  grader::ProcessSpec spec;
+  spec.argv = argv;
+  spec.env = grader::inherited_environment(set, unset);
+  spec.limits.timeout_s = timeout_s;
+  spec.limits.output_bytes = 4 << 20;
+  return {grader::run_process(spec), timeout_s};
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+std::string display_path(const fs::path& p) {
+  const fs::path rel = p.lexically_relative(fs::current_path());
+  return !rel.empty() && rel.native().rfind("..", 0) != 0 ? rel.string() : p.string();
+}
+
+bool has_json(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".json") return true;
+  return false;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The lines of a failed notebook run worth showing: the notebook's own error message
+// (ResultsError names the file) when there is one, else the end of the traceback.
+std::string failure_excerpt(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("Kernel is running over TCP") != std::string::npos) continue;
+    lines.push_back(line);
+  }
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto at = lines[i].find("ResultsError: ");
+    if (at != std::string::npos) {
+      std::string msg = lines[i].substr(at + std::strlen("ResultsError: "));
+      for (std::size_t j = i + 1; j < lines.size() && lines[j].rfind("  ", 0) == 0; ++j) msg += "\n" + lines[j];
+      return msg;
+    }
+  }
+  const std::size_t from = lines.size() > 25 ? lines.size() - 25 : 0;
+  std::string out;
+  for (std::size_t i = from; i < lines.size(); ++i) out += lines[i] + "\n";
+  return out;
+}
+
+std::string last_line(const std::string& text) {
+  std::istringstream in(text);
+  std::string last;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) last = line;
+  return last;
+}
+
+std::vector<fs::path> pngs_in(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".png") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------
+// The subcommand
+// ---------------------------------------------------------------------------------------
+
+struct Options {
+  std::vector<std::string> results_dirs;
+  std::string out = std::string(WB_SOURCE_DIR) + "/report";
+  std::vector<std::string> notebooks;
+  std::string gradebook;
+  std::string python = "python3";
+  bool no_code = false;
+  double timeout_s = 900;
+};
+
+struct NotebookRun {
+  std::string stem;
+  bool ok = false;
+  double seconds = 0;
+  std::vector<fs::path> figures;
+  std::string error;
+};
+
+// "02_fusion", "02" and "fusion" all name notebooks/02_fusion.ipynb.
+bool names_notebook(const std::string& arg, const std::string& stem) {
+  if (arg == stem || arg + ".ipynb" == stem) return true;
+  const auto us = stem.find('_');
+  return us != std::string::npos && (arg == stem.substr(0, us) || arg == stem.substr(us + 1));
+}
+
+void write_index(const fs::path& out, const std::vector<NotebookRun>& runs,
+                 const std::vector<fs::path>& results_path, const std::string& gradebook) {
+  std::ostringstream h;
+  h << "<!doctype html><html><head><meta charset=\"utf-8\"><title>CUDA workbook report</title>"
+       "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+       "img{max-width:340px;border:1px solid #ddd;margin:4px}.fail{color:#b00}code{background:#f4f4f4}"
+       "</style></head><body><h1>CUDA workbook report</h1>\n";
+  h << "<p>Rendered " << html_escape(utc_now()) << " by <code>./workbook report</code>. Results read from "
+    << "(earlier directories win, file by file): ";
+  for (std::size_t i = 0; i < results_path.size(); ++i)
+    h << (i ? " &gt; " : "") << "<code>" << html_escape(results_path[i].string()) << "</code>";
+  if (!gradebook.empty()) h << "; gradebook <code>" << html_escape(gradebook) << "</code>";
+  h << ". Each notebook lists the exact files it read.</p>\n";
+  for (const auto& r : runs) {
+    h << "<h2><a href=\"" << html_escape(r.stem) << ".html\">" << html_escape(r.stem) << "</a></h2>\n";
+    if (!r.ok) {
+      h << "<p class=\"fail\">did not render: <pre>" << html_escape(r.error) << "</pre></p>\n";
+      continue;
+    }
+    for (const auto& f : r.figures) {
+      const std::string rel = "figures/" + r.stem + "/" + f.filename().string();
+      h << "<a href=\"" << html_escape(rel) << "\"><img src=\"" << html_escape(rel) << "\" alt=\""
+        << html_escape(f.stem().string()) << "\"></a>";
+    }
+    h << "\n";
+  }
+  h << "</body></html>\n";
+  std::ofstream(out / "index.html") << h.str();
+}
+
+int run_report(const Options& opt) {
+  grader::install_interrupt_handlers();
+  const fs::path source_dir = WB_SOURCE_DIR;
+  const fs::path notebooks_dir = source_dir / "notebooks";
+
+  // Results: explicit directories, or local results/ in front of the shipped data/results/.
+  std::vector<fs::path> results_path;
+  if (!opt.results_dirs.empty()) {
+    for (const auto& d : opt.results_dirs) {
+      const fs::path p = fs::absolute(d);
+      if (!fs::is_directory(p)) {
+        std::cerr << "workbook report: results directory " << p.string() << " does not exist\n";
+        return 2;
+      }
+      results_path.push_back(p);
+    }
+  } else {
+    if (has_json(source_dir / "results")) results_path.push_back(source_dir / "results");
+    results_path.push_back(source_dir / "data" / "results");
+  }
+  if (std::none_of(results_path.begin(), results_path.end(), has_json)) {
+    std::cerr << "workbook report: no results files found in ";
+    for (std::size_t i = 0; i < results_path.size(); ++i)
+      std::cerr << (i ? " or " : "") << display_path(results_path[i]);
+    std::cerr << ".\nRun `./workbook bench` on a machine with a GPU, or restore the shipped reference "
+                 "results (data/results/*.json) from the repository.\n";
+    return 2;
+  }
+
+  std::string gradebook;
+  if (!opt.gradebook.empty()) {
+    const fs::path g = fs::absolute(opt.gradebook);
+    if (!fs::is_regular_file(g)) {
+      std::cerr << "workbook report: gradebook " << g.string() << " not found (write one with "
+                << "`./workbook grade-all ROSTER_DIR --out DIR`: DIR/gradebook.csv)\n";
+      return 2;
+    }
+    gradebook = g.string();
+  }
+
+  // Notebooks: every notebooks/*.ipynb, or the ones asked for.
+  std::vector<fs::path> all;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(notebooks_dir, ec))
+    if (e.path().extension() == ".ipynb") all.push_back(e.path());
+  std::sort(all.begin(), all.end());
+  if (all.empty()) {
+    std::cerr << "workbook report: no notebooks in " << notebooks_dir.string() << "\n";
+    return 2;
+  }
+  std::vector<fs::path> chosen;
+  for (const auto& arg : opt.notebooks) {
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](const fs::path& p) { return names_notebook(arg, p.stem().string()); });
+    if (it == all.end()) {
+      std::cerr << "workbook report: no notebook matches '" << arg << "'; notebooks:";
+      for (const auto& p : all) std::cerr << " " << p.stem().string();
+      std::cerr << "\n";
+      return 2;
+    }
+    if (std::find(chosen.begin(), chosen.end(), *it) == chosen.end()) chosen.push_back(*it);
+  }
+  if (chosen.empty()) chosen = all;
+
+  // The tools: Jupyter's nbconvert and friends, in the Python that will run the notebooks.
+  const auto probe = run_captured(
+      {opt.python, "-c", "import nbconvert, nbclient, ipykernel, matplotlib, jsonschema"}, {}, {}, 120);
+  if (!probe.ok()) {
+    std::cerr << "workbook report: the notebooks need Jupyter (nbconvert, nbclient, ipykernel), matplotlib "
+                 "and jsonschema in "
+              << opt.python << ", and "
+              << (probe.started() ? "they are not all installed (" + last_line(probe.output()) + ").\n"
+                                : opt.python + " could not be run.\n")
+              << "Install them with:\n  " << opt.python << " -m pip install -r "
+              << (notebooks_dir / "requirements.txt").string() << "\n";
+    return 2;
+  }
+
+  // Every results file is checked before any notebook runs, so a malformed file is named
+  // once, plainly, instead of surfacing as a traceback inside a notebook.
+  std::vector<std::string> validate = {opt.python, (notebooks_dir / "wbplots.py").string(), "validate"};
+  for (const auto& d : results_path)
+    if (fs::is_directory(d)) validate.push_back(d.string());
+  std::cerr << "workbook report: checking the results files\n";
+  const auto checked = run_captured(validate, {}, {}, 300);
+  int valid_files = 0;
+  {
+    std::istringstream lines(checked.output());
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("ok ", 0) == 0)
+        ++valid_files;  // the notebooks list the files they read; only problems are news here
+      else
+        std::cerr << line << "\n";
+    }
+  }
+  if (checked.ok()) std::cerr << "workbook report: " << valid_files << " results file(s), all valid\n";
+  if (!checked.ok()) {
+    std::cerr << "workbook report: stopped: fix the results files named above (rerun `./workbook bench "
+                 "CHAPTER`), or remove them to fall back to the shipped reference results.\n";
+    return 1;
+  }
+
+  const fs::path out = fs::absolute(opt.out);
+  fs::create_directories(out / "figures", ec);
+  if (ec) {
+    std::cerr << "workbook report: cannot create " << out.string() << ": " << ec.message() << "\n";
+    return 2;
+  }
+  std::string search;
+  for (const auto& d : results_path) search += (search.empty() ? "" : ":") + d.string();
+  const char* old_pythonpath = std::getenv("PYTHONPATH");
+  const std::string pythonpath =
+      notebooks_dir.string() + (old_pythonpath && *old_pythonpath ? std::string(":") + old_pythonpath : "");
+
+  std::vector<NotebookRun> runs;
+  int failed = 0;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    NotebookRun run;
+    run.stem = chosen[i].stem().string();
+    const fs::path figures = out / "figures" / run.stem;
+    fs::remove_all(figures, ec);  // figures from an earlier report must not pass for this one's
+    std::cerr << "[" << i + 1 << "/" << chosen.size() << "] " << run.stem << " ... " << std::flush;
+    std::vector<std::pair<std::string, std::string>> set = {
+        {"WB_RESULTS_PATH", search},
+        {"WB_REPORT_DIR", out.string()},
+        {"WB_NOTEBOOK", run.stem},
+        {"PYTHONPATH", pythonpath},
+        {"JUPYTER_PLATFORM_DIRS", "1"},
+        {"PYDEVD_DISABLE_FILE_VALIDATION", "1"},
+    };
+    if (!gradebook.empty()) set.emplace_back("WB_GRADEBOOK", gradebook);
+    // MPLBACKEND=Agg (common on headless machines) would keep the figures out of the HTML:
+    // the kernel's own inline backend must draw them.
+    const std::vector<std::string> unset = {"MPLBACKEND"};
+    std::vector<std::string> argv = {opt.python, "-m", "nbconvert", "--execute", "--to", "html",
+                                     "--output-dir", out.string(),
+                                     "--ExecutePreprocessor.timeout=" + std::to_string(static_cast<int>(opt.timeout_s))};
+    if (opt.no_code) argv.push_back("--no-input");
+    argv.push_back(chosen[i].string());
+    const auto started = Clock::now();
+    const auto result = run_captured(argv, set, unset, opt.timeout_s);
+    run.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    run.figures = pngs_in(figures);
+    run.ok = result.ok() && fs::exists(out / (run.stem + ".html"));
+    if (run.ok) {
+      std::cerr << "ok (" << std::fixed << std::setprecision(1) << run.seconds << " s, " << run.figures.size()
+                << " figure" << (run.figures.size() == 1 ? "" : "s") << ") -> "
+                << display_path(out / (run.stem + ".html")) << "\n";
+    } else {
+      run.error = failure_excerpt(result.output());
+      std::cerr << "failed (" << result.describe() << ")\n" << run.error << "\n";
+      ++failed;
+    }
+    runs.push_back(std::move(run));
+  }
+  write_index(out, runs, results_path, gradebook);
+  std::cerr << "workbook report: " << runs.size() - failed << " of " << runs.size()
+            << " notebook(s) rendered; open " << display_path(out / "index.html") << "\n";
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+void register_report(CLI::App& app) {
+  auto opt = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "report",
+      "Execute the comparison notebooks headless and write HTML and PNG figures, from local results "
+      "(results/) where present and the shipped H200 reference results (data/results/) elsewhere");
+  cmd->add_option("--results-dir", opt->results_dirs,
+                  "Read results from this directory (repeatable; earlier ones win file by file). "
+                  "Default: results/ then data/results/");
+  cmd->add_option("--out", opt->out, "Where the HTML and figures go")->capture_default_str();
+  cmd->add_option("--notebook", opt->notebooks, "Only these notebooks (02_fusion, 02 or fusion; repeatable)");
+  cmd->add_option("--gradebook", opt->gradebook, "The gradebook CSV for the class notebook (from grade-all)");
+  cmd->add_option("--python", opt->python, "The Python with Jupyter installed")->capture_default_str();
+  cmd->add_flag("--no-code", opt->no_code, "Leave the code cells out of the HTML");
+  cmd->add_option("--timeout", opt->timeout_s, "Seconds one notebook may take to execute")->capture_default_str();
+  cmd->callback([opt] { set_exit_code(run_report(*opt)); });
+}
+
+}  // namespace wb::cli

@@ -1,0 +1,74 @@
+#pragma once
+// Taking a submission apart: find the student's editable files (and only those), check
+// them, copy them into a fresh student root laid out as <slug>/<file> for the build, and
+// note what was ignored (edited tests, harness or headers) and what looks like gaming the
+// grader (docs/grading.md, "What the grader catches").
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/chapters.hpp"
+#include "core/rubric.hpp"
+
+namespace wb::grader {
+
+struct Flag {
+  std::string chapter_id;
+  std::string file;
+  int line = 0;
+  std::string code;      // forbidden_include, incbin, test_channel, test_harness, process_group,
+                         // reads_environment, ends_process, starts_processes, cpu_threads,
+                         // file_io, static_init, same_as_reference, calls_reference, ...
+  std::string severity;  // "reject" (the chapter scores 0) or "warning" (reported only)
+  std::string message;
+  nlohmann::json to_json() const;
+};
+
+struct SubmittedChapter {
+  std::string id;
+  bool present = false;                    // at least one editable file found
+  std::vector<std::string> taken;          // editable files taken from the submission
+  std::vector<std::string> from_starter;   // editable files missing, the starter's used
+  std::string reject_reason;               // set when a file cannot be used at all
+  std::string reject_detail;
+  std::vector<Flag> flags;
+  bool unchanged_starter = false;          // every taken file equals the starter
+};
+
+struct PreparedSubmission {
+  std::filesystem::path input;
+  bool archive = false;
+  std::string layout;        // "workbook" (chapters/<slug>/<file>) or "chapters" (<slug>/<file>)
+  std::string prefix;        // where that layout starts inside the submission
+  std::map<std::string, SubmittedChapter> chapters;
+  std::vector<std::string> ignored;  // notable ignored files, with why
+  std::vector<std::string> notes;
+  std::filesystem::path student_root;
+  nlohmann::json to_json() const;
+};
+
+struct SourceTrees {
+  std::filesystem::path pristine;   // the instructor's tree: chapters/, tests/, lib/...
+  std::filesystem::path solutions;  // solutions/ (for the same-as-reference note); may be empty
+};
+
+// Builds `work`/student/<slug>/<file> from `input` (a directory or an archive, extracted
+// into `work`/extracted). InputError for a missing, empty or unusable submission.
+PreparedSubmission prepare_submission(const std::filesystem::path& input,
+                                      const std::vector<Chapter>& chapters, const SourceTrees& trees,
+                                      const std::filesystem::path& work, const GradingLimits& limits);
+
+// Static checks of one editable file (comments removed first). `forbidden_headers` are
+// file names that exist only among the tests (CPU references, harness helpers).
+std::vector<Flag> scan_source(const std::string& text, const std::string& chapter_id,
+                              const std::string& file,
+                              const std::vector<std::string>& forbidden_headers);
+// The text without comments (string literals kept), same line numbers.
+std::string strip_comments(const std::string& text);
+// Without comments and whitespace: for "is this the starter / the reference" comparisons.
+std::string normalized_source(const std::string& text);
+
+}  // namespace wb::grader

@@ -1,0 +1,129 @@
+// Archives: every member checked before anything is written; only regular files extracted.
+#include <doctest/doctest.h>
+
+#include "core/archive.hpp"
+#include "core/process.hpp"
+#include "core/util.hpp"
+#include "test_common.hpp"
+
+using namespace wb::grader;
+using grader_test::TarMember;
+using grader_test::TempDir;
+
+namespace {
+fs::path make_tar(const TempDir& dir, const std::string& name, const std::vector<TarMember>& members) {
+  const fs::path p = dir / name;
+  grader_test::write(p, grader_test::tar_archive(members));
+  return p;
+}
+
+// Nothing may appear outside the extraction directory: compare a listing of the parent.
+std::size_t entries_in(const fs::path& dir) {
+  std::size_t n = 0;
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("archive names: which files count as archives, and the student name") {
+  CHECK(is_archive_path("alice.zip"));
+  CHECK(is_archive_path("alice.TAR.GZ"));
+  CHECK(is_archive_path("a.tgz"));
+  CHECK_FALSE(is_archive_path("alice.cu"));
+  CHECK(archive_stem("alice.tar.gz") == "alice");
+  CHECK(archive_stem("bob.smith.zip") == "bob.smith");
+}
+
+TEST_CASE("member names: absolute, '..', backslashes and control characters are refused") {
+  CHECK_NOTHROW(check_member_name("chapters/04_fused_softmax/softmax_fused.cu", "a.tar"));
+  CHECK_NOTHROW(check_member_name("a..b/c", "a.tar"));
+  CHECK_THROWS_AS(check_member_name("/etc/passwd", "a.tar"), InputError);
+  CHECK_THROWS_AS(check_member_name("x/../../y", "a.tar"), InputError);
+  CHECK_THROWS_AS(check_member_name("..", "a.tar"), InputError);
+  CHECK_THROWS_AS(check_member_name("..\\x", "a.tar"), InputError);
+  CHECK_THROWS_AS(check_member_name("a\nb", "a.tar"), InputError);
+}
+
+TEST_CASE("the libarchive listing is parsed, links recognised") {
+  const std::string listing =
+      "drwxr-xr-x  0 root   root        0 21 Nov 04:54 a/\n"
+      "-rw-r--r--  0 0      0           3 21 Nov  2023 a/04_x/f.cu\n"
+      "lrwxrwxrwx  0 root   root        0 21 Nov 04:54 a/link -> /etc/passwd\n"
+      "-rw-r--r--  0 root   root        0 21 Nov 04:54 a/hard link to a/04_x/f.cu\n"
+      "-rw-r--r--  0 root   root       12  1 Jan 00:00  name with a leading space\n";
+  const auto members = parse_archive_listing(listing, "t.tar");
+  REQUIRE(members.size() == 5);
+  CHECK(members[0].type == 'd');
+  CHECK(members[1].name == "a/04_x/f.cu");
+  CHECK(members[1].size == 3);
+  CHECK(members[2].type == 'l');
+  CHECK(members[2].name == "a/link");
+  CHECK(members[3].type == 'h');
+  CHECK(members[3].name == "a/hard");
+  CHECK(members[4].name == " name with a leading space");
+  CHECK_THROWS_AS(parse_archive_listing("garbage line\n", "t.tar"), InputError);
+}
+
+TEST_CASE("a clean archive extracts its regular files only") {
+  TempDir dir;
+  const fs::path tar = make_tar(dir, "alice.tar",
+                                {{"work/", "", '5'},
+                                 {"work/chapters/04_x/a.cu", "kernel code\n"},
+                                 {"work/link.cu", "", '2', "/etc/passwd"},
+                                 {"work/notes.txt", "hello"}});
+  const ExtractResult r = extract_archive(tar, dir / "out", {});
+  CHECK(r.extracted.size() == 2);
+  CHECK(grader_test::read(dir / "out/work/chapters/04_x/a.cu") == "kernel code\n");
+  CHECK_FALSE(fs::exists(fs::symlink_status(dir / "out/work/link.cu")));
+  REQUIRE(r.skipped.size() == 1);
+  CHECK(r.skipped[0].first == "work/link.cu");
+  CHECK(r.skipped[0].second.find("link") != std::string::npos);
+}
+
+TEST_CASE("an archive with an absolute or '..' member is refused and nothing is written") {
+  TempDir dir;
+  const fs::path evil_abs = make_tar(dir, "abs.tar", {{"ok.cu", "x"}, {"/tmp/wb-grader-evil.cu", "evil"}});
+  const fs::path evil_dot = make_tar(dir, "dot.tar", {{"ok.cu", "x"}, {"a/../../evil.cu", "evil"}});
+  const std::size_t before = entries_in(dir.path());
+  for (const fs::path& a : {evil_abs, evil_dot}) {
+    try {
+      extract_archive(a, dir / "out", {});
+      FAIL("expected the archive to be refused");
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find("nothing was extracted") != std::string::npos);
+    }
+  }
+  CHECK(entries_in(dir.path()) == before);
+  CHECK_FALSE(fs::exists("/tmp/wb-grader-evil.cu"));
+  CHECK_FALSE(fs::exists(dir.path().parent_path() / "evil.cu"));
+}
+
+TEST_CASE("oversized members are skipped, oversized or empty archives refused") {
+  TempDir dir;
+  ArchiveLimits limits;
+  limits.member_bytes = 1024;
+  const fs::path tar = make_tar(dir, "big.tar", {{"small.cu", "x"}, {"big.cu", std::string(4096, 'y')}});
+  const ExtractResult r = extract_archive(tar, dir / "out", limits);
+  CHECK(r.extracted == std::vector<std::string>{"small.cu"});
+  REQUIRE(r.skipped.size() == 1);
+  CHECK(r.skipped[0].second.find("too large") != std::string::npos);
+
+  limits.archive_bytes = 100;
+  CHECK_THROWS_AS(list_archive(tar, limits), InputError);
+  grader_test::write(dir / "empty.zip", "");
+  CHECK_THROWS_AS(list_archive(dir / "empty.zip", {}), InputError);
+  grader_test::write(dir / "junk.tar.gz", "this is not an archive at all");
+  CHECK_THROWS_AS(list_archive(dir / "junk.tar.gz", {}), InputError);
+}
+
+TEST_CASE("zip archives made by the usual tools extract too") {
+  TempDir dir;
+  grader_test::write(dir / "src/04_x/a.cu", "zip content\n");
+  ProcessSpec spec;
+  spec.argv = {find_program("cmake").string(), "-E", "tar", "cf", (dir / "s.zip").string(), "--format=zip", "04_x"};
+  spec.env = make_environment({}, {"PATH"});
+  spec.cwd = dir / "src";
+  REQUIRE(run_process(spec).ok());
+  const ExtractResult r = extract_archive(dir / "s.zip", dir / "out", {});
+  CHECK(grader_test::read(dir / "out/04_x/a.cu") == "zip content\n");
+}

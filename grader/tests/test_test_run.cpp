@@ -1,0 +1,122 @@
+// Running a test binary and trusting (or not) its report: the channel's checks.
+#include <doctest/doctest.h>
+
+#include "core/test_run.hpp"
+#include "core/util.hpp"
+#include "test_common.hpp"
+
+using namespace wb::grader;
+
+namespace {
+
+// The helper, under a test binary's name, acting out `mode`.
+TestRun run_as_test(const std::string& mode, double timeout = 30, const std::string& kind = "correctness") {
+  static grader_test::TempDir dir;
+  const fs::path link = dir / ("test_99_" + kind + "_student");
+  if (!fs::exists(link)) fs::create_symlink(grader_test::helper(), link);
+  TestRunOptions o;
+  o.binary = link;
+  o.chapter_id = "99";
+  o.kind = kind;
+  o.scratch = dir / "runs";
+  o.seed = 1234;
+  o.limits.timeout_s = timeout;
+  o.extra_args = {"report", mode};
+  // The helper's own first argument selects its mode; the binary path is argv[0].
+  return run_test_binary(o);
+}
+
+}  // namespace
+
+TEST_CASE("an honest passing run is read back") {
+  const TestRun r = run_as_test("pass");
+  CHECK(r.outcome == "completed");
+  REQUIRE(r.cases.size() == 2);
+  CHECK(r.cases[0].status == "passed");
+  CHECK(r.seed == 1234);
+  CHECK(r.device == "Test GPU");
+  CHECK(r.cases[0].metrics["speedup"] == 2.5);
+}
+
+TEST_CASE("failures keep their message, hint and likely cause") {
+  const TestRun r = run_as_test("fail");
+  REQUIRE(r.outcome == "completed");
+  CHECK(r.cases[1].status == "failed");
+  CHECK(r.cases[1].hint == "check the tail");
+  CHECK(r.cases[1].reason == "wrong_answer");
+  const TestRun illegal = run_as_test("illegal");
+  CHECK(illegal.cases[0].reason == "cuda_fault");
+}
+
+TEST_CASE("starters read as to do, a machine without a GPU as skipped") {
+  const TestRun todo = run_as_test("todo");
+  CHECK(todo.outcome == "completed");
+  CHECK(todo.cases[0].status == "todo");
+  const TestRun skip = run_as_test("skip");
+  CHECK(skip.outcome == "completed");
+  CHECK(skip.all_skipped());
+}
+
+TEST_CASE("a report with another nonce or seed is not trusted") {
+  const TestRun nonce = run_as_test("wrong-nonce");
+  CHECK(nonce.outcome == "invalid_report");
+  CHECK(nonce.problem.find("nonce") != std::string::npos);
+  const TestRun seed = run_as_test("wrong-seed");
+  CHECK(seed.outcome == "invalid_report");
+  CHECK(seed.problem.find("seed") != std::string::npos);
+}
+
+TEST_CASE("a run that ends early or disagrees with itself is not trusted") {
+  const TestRun early = run_as_test("exit-early");
+  CHECK(early.outcome == "no_report");
+  const TestRun summary = run_as_test("no-summary");
+  CHECK(summary.outcome == "invalid_report");
+  CHECK(summary.problem.find("summary") != std::string::npos);
+  const TestRun exit_code = run_as_test("mismatch-exit");
+  CHECK(exit_code.outcome == "invalid_report");
+  CHECK(exit_code.problem.find("exited with code 1") != std::string::npos);
+}
+
+TEST_CASE("a hanging test binary times out") {
+  const TestRun r = run_as_test("hang", 1);
+  CHECK(r.outcome == "timeout");
+  CHECK(r.problem.find("did not finish within 1 s") != std::string::npos);
+  CHECK(r.cases.empty());
+}
+
+TEST_CASE("a binary that was not built is reported as such") {
+  TestRunOptions o;
+  o.binary = "/nonexistent/test_99_correctness_student";
+  o.kind = "correctness";
+  o.scratch = fs::temp_directory_path();
+  CHECK(run_test_binary(o).outcome == "not_built");
+}
+
+TEST_CASE("classify_failure names the likely cause") {
+  CHECK(classify_failure("not implemented yet: x") == "todo");
+  CHECK(classify_failure("CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered)") == "cuda_fault");
+  CHECK(classify_failure("CUDA error cudaErrorMemoryAllocation (out of memory) from cudaMalloc") == "out_of_memory");
+  CHECK(classify_failure("rule 4 (no synchronization inside an event-timed region): ...", "timing") == "timing_rule");
+  CHECK(classify_failure("CUDA error cudaErrorInvalidValue") == "cuda_error");
+  CHECK(classify_failure("ch04 fused softmax 3x5: 2 of 15 elements differ") == "wrong_answer");
+  CHECK(classify_failure("the fused softmax is 1.2x faster, the pass mark is 2x", "timing") == "too_slow");
+  CHECK(classify_failure("fused softmax (re-checked after timing): 3 elements differ", "timing") == "wrong_answer");
+}
+
+TEST_CASE("doctest's summary line is found, colours or not") {
+  const auto s = parse_doctest_summary("noise\n\x1b[0;36m[doctest] \x1b[0mtest cases:  5 |  3 passed |  2 failed | 0 skipped\n");
+  REQUIRE(s);
+  CHECK(s->total == 5);
+  CHECK(s->passed == 3);
+  CHECK(s->failed == 2);
+  CHECK_FALSE(parse_doctest_summary("nothing here"));
+}
+
+TEST_CASE("a TestRun survives a round trip through JSON") {
+  const TestRun r = run_as_test("fail");
+  const TestRun back = TestRun::from_json(r.to_json());
+  CHECK(back.outcome == r.outcome);
+  REQUIRE(back.cases.size() == r.cases.size());
+  CHECK(back.cases[1].message == r.cases[1].message);
+  CHECK(back.cases[1].reason == r.cases[1].reason);
+}

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""CTest notebooks.unit: the notebooks' loader and validator (notebooks/wbplots.py), the peer
+script's sweep, the committed notebooks (no outputs) and the fixtures (reproducible)."""
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+from nbtest_common import FIXTURES, HERE, NOTEBOOKS, REPO, require_modules
+
+require_modules(("jsonschema",))
+import wbplots  # noqa: E402
+
+GOOD = FIXTURES / "results"
+
+
+def load(name):
+    return json.loads((GOOD / name).read_text())
+
+
+def write(folder: Path, name: str, doc) -> Path:
+    path = folder / name
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+class Validation(unittest.TestCase):
+    def test_every_fixture_is_valid(self):
+        for path in sorted(GOOD.glob("*.json")):
+            with self.subTest(path=path.name):
+                wbplots.validate_file(path)
+
+    def test_every_malformed_fixture_is_rejected_naming_the_file(self):
+        expected = {
+            "truncated": "not valid JSON", "empty": "empty", "wrong_schema": "not a workbook results file",
+            "missing_stat": "'p25_us' is a required property", "out_of_order": "out of order",
+            "duplicate": "measured twice", "misnamed": "should be named", "nan": "NaN",
+            "no_ceilings": "'ceilings' is a required property",
+        }
+        cases = sorted(p.name for p in (FIXTURES / "malformed").iterdir())
+        self.assertEqual(sorted(expected), cases, "a malformed fixture without an expectation, or the reverse")
+        for case, phrase in expected.items():
+            path = next((FIXTURES / "malformed" / case).glob("*.json"))
+            with self.subTest(case=case):
+                with self.assertRaises(wbplots.ResultsError) as ctx:
+                    wbplots.validate_file(path)
+                self.assertIn(str(path), str(ctx.exception))
+                self.assertIn(phrase, str(ctx.exception))
+
+    def test_schema_errors_say_which_entry(self):
+        doc = load("04_fused_softmax-solution.json")
+        doc["results"][5]["median_us"] = -1.0
+        with tempfile.TemporaryDirectory() as d:
+            path = write(Path(d), "04_fused_softmax-solution.json", doc)
+            with self.assertRaises(wbplots.ResultsError) as ctx:
+                wbplots.validate_file(path)
+        e = doc["results"][5]
+        self.assertIn(f"results[5] (variant {e['variant']!r}, shape {e['shape']!r}).median_us", str(ctx.exception))
+
+    def test_metrics_entries_need_not_carry_every_statistic(self):
+        # Chapter 00's bench records the student's timer as {"median_us": ...} alone.
+        doc = load("00_measure_right-solution.json")
+        doc["results"].append({"variant": "extra", "impl": "solution", "shape": "1", "median_us": 3.0})
+        self.assertEqual([], wbplots.validate_doc(doc, Path("00_measure_right-solution.json")))
+
+    def test_a_harness_entry_must_carry_every_statistic(self):
+        doc = load("04_fused_softmax-solution.json")
+        del doc["results"][0]["floor_us"]
+        problems = wbplots.validate_doc(doc, Path("04_fused_softmax-solution.json"))
+        self.assertTrue(any("'floor_us' is a required property" in p for p in problems), problems)
+
+    def test_peer_file_needs_no_chapter_name(self):
+        wbplots.validate_file(GOOD / "pytorch_peers.json")
+
+
+class Loading(unittest.TestCase):
+    def test_earlier_directories_win_file_by_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            local = Path(d)
+            doc = load("04_fused_softmax-solution.json")
+            doc["environment"]["host"] = "local-run"
+            write(local, "04_fused_softmax-solution.json", doc)
+            rs = wbplots.load_results([local, GOOD])
+            f = rs.get("04", "solution")
+            self.assertEqual("local-run", f.env["host"])
+            self.assertEqual([GOOD / "04_fused_softmax-solution.json"], f.shadows)
+            self.assertEqual(GOOD, rs.get("05", "solution").path.parent)  # not shadowed: read from GOOD
+
+    def test_a_malformed_local_file_stops_loading(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad = write(Path(d), "04_fused_softmax-solution.json", "{")
+            with self.assertRaises(wbplots.ResultsError) as ctx:
+                wbplots.load_results([Path(d), GOOD])
+            self.assertIn(str(bad), str(ctx.exception))
+
+    def test_missing_and_empty_directories(self):
+        with self.assertRaises(wbplots.ResultsError) as ctx:
+            wbplots.load_results([Path("/nonexistent/results")])
+        self.assertIn("/nonexistent/results: results directory does not exist", str(ctx.exception))
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(wbplots.ResultsError) as ctx:
+                wbplots.load_results([Path(d)])
+            self.assertIn("no results files found", str(ctx.exception))
+
+    def test_results_path_from_the_environment(self):
+        import os
+        old = os.environ.get("WB_RESULTS_PATH")
+        try:
+            os.environ["WB_RESULTS_PATH"] = os.pathsep.join(["/a", "/b"])
+            self.assertEqual([Path("/a"), Path("/b")], wbplots.results_path())
+        finally:
+            if old is None:
+                os.environ.pop("WB_RESULTS_PATH", None)
+            else:
+                os.environ["WB_RESULTS_PATH"] = old
+
+
+class Shaping(unittest.TestCase):
+    def test_shapes(self):
+        self.assertEqual((16, 151936), wbplots.parse_shape("16x151936"))
+        self.assertEqual((1 << 20,), wbplots.parse_shape("2^20"))
+        self.assertEqual((1048576,), wbplots.parse_shape("1048576"))
+        self.assertEqual((4, 8), wbplots.parse_shape("anything", {"rows": 4, "cols": 8}))
+        self.assertEqual((12,), wbplots.parse_shape("anything", {"params": {"n": 12}}))
+        self.assertIsNone(wbplots.parse_shape("synthetic-110m"))
+
+    def test_sweep_is_sorted_and_split_by_cache(self):
+        f = wbplots.load_results([GOOD]).get("01", "solution")
+        cold = wbplots.sweep(f, "matvec", cache="cold")
+        hot = wbplots.sweep(f, "matvec", cache="hot")
+        self.assertEqual(4, len(cold))
+        self.assertEqual(4, len(hot))
+        self.assertEqual(sorted(p.elements for p in cold), [p.elements for p in cold])
+        self.assertEqual({"cold"}, {p.cache for p in cold})
+
+    def test_ladder_prefers_the_latest_chapter_and_orders_the_rungs(self):
+        rs = wbplots.load_results([GOOD])
+        steps = wbplots.ladder(rs, "solution")
+        self.assertEqual(["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent"],
+                         [s.variant for s in steps])
+        self.assertTrue(all(s.file.chapter == "03_persistent_weights" for s in steps))
+
+    def test_ladder_fills_in_from_earlier_chapters(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            doc = load("03_persistent_weights-solution.json")
+            doc["results"] = [e for e in doc["results"] if e["variant"] != "01_naive"]
+            write(d, "03_persistent_weights-solution.json", doc)
+            write(d, "01_naive_matvec-solution.json", load("01_naive_matvec-solution.json"))
+            steps = {s.variant: s for s in wbplots.ladder(wbplots.load_results([d]), "solution")}
+        self.assertEqual("01_naive_matvec", steps["01_naive"].file.chapter)
+        self.assertEqual("03_persistent_weights", steps["cpu_1thread"].file.chapter)
+
+    def test_nominal_peak(self):
+        env = {"compute_capability": "9.0", "sm_count": 132, "sm_clock_mhz": 1980}
+        self.assertAlmostEqual(132 * 128 * 2 * 1.98, wbplots.nominal_fp32_gflops(env))  # GFLOP/s at 1.98 GHz
+        self.assertIsNone(wbplots.nominal_fp32_gflops(dict(env, sm_clock_mhz=0)))
+
+
+class Gradebook(unittest.TestCase):
+    def read(self, text):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "gradebook.csv"
+            path.write_text(text, encoding="utf-8")
+            return wbplots.read_gradebook(path), path
+
+    def test_grade_all_output_with_its_reports(self):
+        gb = wbplots.read_gradebook(FIXTURES / "grade-all" / "gradebook.csv")
+        self.assertEqual(24, len(gb.rows))
+        self.assertEqual(["00", "01", "02", "03", "04", "05"], gb.chapters)
+        self.assertTrue(gb.has_max)  # max_score
+        self.assertEqual(24, gb.reports_read)
+        self.assertEqual(["04", "05"], gb.speedup_chapters)  # from the reports' speedup metrics
+        self.assertEqual([wbplots.SYNTHETIC_MARK], [g.split(" ")[0] for g in gb.gpus])
+        report = json.loads((FIXTURES / "grade-all" / "students" / "student00" / "report.json").read_text())
+        values = sorted(t["metrics"]["speedup_vs_unfused"] for c in report["chapters"] if c["id"] == "04"
+                        for k in c["kinds"] for t in k["tests"])
+        if values:
+            self.assertEqual(values[len(values) // 2], gb.rows[0]["speedup"]["04"])
+
+    def test_without_reports_the_csv_alone_is_enough(self):
+        text = (FIXTURES / "grade-all" / "gradebook.csv").read_text()
+        gb, _ = self.read(text)
+        self.assertEqual(0, gb.reports_read)
+        self.assertEqual([], gb.speedup_chapters)
+        self.assertEqual(24, len(gb.rows))
+
+    def test_tolerant_columns(self):
+        gb, _ = self.read("\ufeffName,ch01,04_points,04_max,04_speedup,Status,GPU\n"
+                          "ann,3,7,10,2.5,graded,NVIDIA H200\nbob,,n/a,10,,timeout,NVIDIA H200\n\n")
+        self.assertEqual(["01", "04"], gb.chapters)
+        self.assertEqual(["04"], gb.speedup_chapters)
+        self.assertEqual(10.0, gb.rows[0]["total"])  # no total column: the sum of the chapters
+        self.assertEqual(10.0, gb.rows[0]["max_total"])
+        self.assertIsNone(gb.rows[1]["points"]["04"])
+        self.assertEqual(["NVIDIA H200"], gb.gpus)
+
+    def test_bad_gradebooks_name_the_file(self):
+        for text, phrase in [("", "empty"), ("total,status\n1,graded\n", "no 'student' column"),
+                             ("student,total\n", "no students")]:
+            with self.subTest(phrase=phrase):
+                with self.assertRaises(wbplots.ResultsError) as ctx:
+                    self.read(text)
+                self.assertIn("gradebook.csv", str(ctx.exception))
+                self.assertIn(phrase, str(ctx.exception))
+
+
+class Repository(unittest.TestCase):
+    def test_notebooks_are_committed_without_outputs(self):
+        notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
+        self.assertGreaterEqual(len(notebooks), 4)
+        for nb_path in notebooks:
+            nb = json.loads(nb_path.read_text())
+            for i, cell in enumerate(nb["cells"]):
+                if cell["cell_type"] == "code":
+                    with self.subTest(notebook=nb_path.name, cell=i):
+                        self.assertEqual([], cell["outputs"], "clear the outputs before committing")
+                        self.assertIsNone(cell["execution_count"])
+
+    def test_fixtures_are_what_the_generator_writes(self):
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, str(HERE / "make_fixtures.py"), d], check=True, capture_output=True)
+            made = {p.relative_to(d): p.read_bytes() for p in Path(d).rglob("*") if p.is_file()}
+        committed = {p.relative_to(FIXTURES): p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()}
+        self.assertEqual(sorted(made), sorted(committed), "rerun tests/notebooks/make_fixtures.py")
+        for rel, data in made.items():
+            self.assertEqual(data, committed[rel], f"{rel} differs: rerun tests/notebooks/make_fixtures.py")
+
+    def test_fixtures_are_labelled_synthetic(self):
+        for path in GOOD.glob("*.json"):
+            self.assertIn(wbplots.SYNTHETIC_MARK, json.loads(path.read_text())["environment"]["gpu"])
+
+    def test_peer_sweep_follows_the_chapter_results(self):
+        r = subprocess.run([sys.executable, str(REPO / "notebooks/peers/pytorch_peers.py"),
+                            "--sweep-from", str(GOOD), "--dry-run"], capture_output=True, text=True, check=True)
+        shapes = [line.split()[:2] for line in r.stdout.splitlines()]
+        ch04 = {e["shape"] for e in load("04_fused_softmax-solution.json")["results"] if e["variant"] == "fused"}
+        ch05 = {e["shape"] for e in load("05_fused_gelu-solution.json")["results"] if e["variant"] == "fused"}
+        self.assertEqual(ch04, {s for op, s in shapes if op == "softmax"})
+        self.assertEqual(ch05, {s for op, s in shapes if op == "gelu"})
+        self.assertIn("the shapes of", r.stderr)
+
+    def test_stamp_puts_gpu_measured_and_baseline_on_the_figure(self):
+        require_modules(("matplotlib",))
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        f = wbplots.load_results([GOOD]).get("04", "solution")
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [1, 2])
+        wbplots.stamp(fig, [f], measured="M-TEXT", baseline="B-TEXT")
+        text = "\n".join(t.get_text() for t in fig.texts)
+        plt.close(fig)
+        for needle in ("GPU: SYNTHETIC FIXTURE", "Measured: M-TEXT", "Baseline: B-TEXT",
+                       "04_fused_softmax-solution.json", "SYNTHETIC TEST DATA"):
+            self.assertIn(needle, text)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
