@@ -131,7 +131,10 @@ def main() -> int:
                     except ImportError:
                         pass
                     except Exception as e:  # ResultsError
-                        check("the real bench_00's file passes the schema", False, str(e))
+                        if "needs the jsonschema package" in str(e):
+                            print("note: schema not checked here (no jsonschema on this machine)")
+                        else:
+                            check("the real bench_00's file passes the schema", False, str(e))
 
     for f in failures:
         print(f"FAIL: {f}")
