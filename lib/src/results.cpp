@@ -50,6 +50,7 @@ nlohmann::json environment_json() {
         {"launch_us", c.launch_us},
         {"launch_sync_us", c.launch_sync_us},
         {"l2_bytes", c.l2_bytes}}},
+      {"l2_flush", l2_flush_method()},
       {"git_revision", WB_GIT_REVISION},
       {"host", host_name()},
   };

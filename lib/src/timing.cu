@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <numeric>
 #include <sstream>
 
@@ -41,6 +43,20 @@ __global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ 
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     out[i] = in[i];
+}
+
+// Reads every 16 bytes of the flush buffer so that each of its lines is brought into L2.
+// The sum is written out only if it hits a value it never has, so the loads cannot be
+// optimized away and nothing is written.
+__global__ void read_flush_kernel(const float4* __restrict__ buffer, std::size_t n,
+                                  float* __restrict__ never_written) {
+  float sum = 0.0f;
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float4 v = __ldcg(buffer + i);  // .cg: cached in L2 only, which is what we fill
+    sum += v.x + v.y + v.z + v.w;
+  }
+  if (sum == -1.0f) *never_written = sum;  // the buffer holds 0x01 bytes: sums are positive
 }
 
 double now_us() {
@@ -202,7 +218,7 @@ Bench::Bench(BenchOptions options) : options_(std::move(options)) {
   WB_CUDA(cudaEventCreate(&start_));
   WB_CUDA(cudaEventCreate(&stop_));
   if (options_.cache == Cache::Cold) {
-    // Writing twice the L2's size evicts whatever the work left there (rule 5).
+    // Twice the L2's size evicts whatever the work left there (rule 5).
     flush_bytes_ = std::max<std::size_t>(2 * device_info().l2_bytes, std::size_t(8) << 20);
     WB_CUDA(cudaMalloc(&flush_buffer_, flush_bytes_));
   }
@@ -215,8 +231,26 @@ Bench::~Bench() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+const char* l2_flush_method() {
+  static const char* method = [] {
+    const char* env = std::getenv("WB_L2_FLUSH");
+    return env && std::string(env) == "write" ? "write" : "write+read";
+  }();
+  return method;
+}
+
+void flush_l2(void* buffer, std::size_t bytes, cudaStream_t stream) {
+  // 0x01 bytes: every float of the buffer is a small positive number (see read_flush_kernel).
+  WB_CUDA(cudaMemsetAsync(buffer, 0x01, bytes, stream));
+  if (std::string(l2_flush_method()) == "write") return;
+  read_flush_kernel<<<4 * device_info().sm_count, 256, 0, stream>>>(
+      static_cast<const float4*>(buffer), bytes / sizeof(float4),
+      static_cast<float*>(buffer));
+  WB_CHECK_LAUNCH("read_flush_kernel");
+}
+
 void Bench::flush_l2() {
-  if (flush_buffer_) WB_CUDA(cudaMemsetAsync(flush_buffer_, flush_bytes_ & 0xff, flush_bytes_, stream_));
+  if (flush_buffer_) wb::flush_l2(flush_buffer_, flush_bytes_, stream_);
 }
 
 double Bench::sample_device(const std::function<void(cudaStream_t)>& work) {

@@ -40,7 +40,7 @@ TestStream::~TestStream() {
 }  // namespace support
 
 void flush_l2(cudaStream_t stream) {
-  // Writing twice the L2's size evicts whatever was cached.
+  // Twice the L2's size, written then read back: evicts whatever was cached (wb::flush_l2).
   static void* buffer = nullptr;
   static std::size_t bytes = 0;
   if (!buffer) {
@@ -50,7 +50,7 @@ void flush_l2(cudaStream_t stream) {
   auto& log = support::call_log();
   log.order += 'F';
   if (stream != log.expected_stream) ++log.flushes_on_other_streams;
-  WB_CUDA(cudaMemsetAsync(buffer, 0, bytes, stream));
+  wb::flush_l2(buffer, bytes, stream);
 }
 
 }  // namespace ch00

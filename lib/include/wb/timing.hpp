@@ -13,8 +13,9 @@
 //  4. nothing may synchronize inside an event-timed region (counted with CUPTI when it is
 //     available), and work that escapes the stream is caught by comparing event time with
 //     host time around a device-wide synchronize;
-//  5. Cache::Cold flushes L2 (writes a buffer twice its size) before each sample, outside
-//     the timed region;
+//  5. Cache::Cold flushes L2 before each sample, outside the timed region: a buffer twice
+//     the L2's size is written, then read back, so L2 holds only clean lines of it
+//     (wb::flush_l2; see there why the read matters);
 //  6. samples until the median is stable (min samples and time, noise target, hard caps);
 //     reports median/min/max/noise/samples/GB/s/% of the measured peak;
 //  7. run(work, verify) calls verify() after timing: the test re-checks its output on fresh
@@ -116,6 +117,18 @@ class Bench {
   void* flush_buffer_ = nullptr;
   std::size_t flush_bytes_ = 0;
 };
+
+// Evicts the L2 cache, in stream order, using `buffer` (at least twice the L2's size).
+// The buffer is written and then read back: the write evicts whatever the last sample left
+// (its dirty lines are written back now, outside the timed region), and the read leaves L2
+// full of clean lines. A write-only flush, as nvbench and Triton's do_bench use, leaves L2
+// full of dirty lines whose write-back the *next timed kernel* pays for: measured on an
+// H200, a device copy of 128 MiB took 36.0 us after a write-only flush and 32.7 us after
+// this one (docs/DESIGN-NOTES.md). WB_L2_FLUSH=write selects the write-only flush, to
+// reproduce figures measured that way.
+void flush_l2(void* buffer, std::size_t bytes, cudaStream_t stream);
+// "write+read" (the default) or "write" (WB_L2_FLUSH=write); recorded in every results file.
+const char* l2_flush_method();
 
 // Summary statistics of a list of samples (exposed for tests and for chapter 00).
 Stats summarize(const std::string& name, std::vector<double> samples_us, double bytes);
