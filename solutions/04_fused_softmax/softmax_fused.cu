@@ -8,42 +8,41 @@
 //   cols <= 1024            a group of 1..32 lanes of a warp    registers
 //   cols <= 16384, many     one block (64 to 512 threads)       registers
 //   rows
-//   long rows, or few       a cluster of 1..16 blocks, each     registers (streamed past
-//   medium rows             with a slice of the row             196608 columns)
+//   long rows, few of them  up to one block per SM, each with   registers
+//                           a slice of the row
+//   long rows, many         one block                           streamed twice (L2)
 //
-// The last case is what an LLM's last layer needs: 1 or 16 rows of 151936 logits would
-// leave all but 1 or 16 of the GPU's 132 SMs idle with a block per row. Each block of a
-// cluster computes the max and the sum of exponentials of its slice (the "online softmax"
-// pair), the blocks exchange these pairs through distributed shared memory (a Hopper
-// feature: a block can read the shared memory of the other blocks of its cluster), each
-// combines them into the row's max and sum, and writes its slice: one launch, one read,
-// one write. GPUs before Hopper (no clusters) get the same kernel with one block per row.
+// The long-row case is what an LLM's last layer needs: 1 or 16 rows of 151936 logits would
+// leave all but 1 or 16 of the GPU's 132 SMs idle with a block per row. Each block of a row
+// computes the max and the sum of exponentials of its slice (the "online softmax" pair),
+// publishes the pair in global memory, waits for the pairs of the row's other blocks,
+// combines them into the row's max and sum, and writes its slice: one launch, one read, one
+// write. (Hopper's thread-block clusters could exchange the pairs through distributed shared
+// memory instead, but a cluster has at most 16 blocks: on an H200, 16 SMs per row took
+// 8.9 us at 1x151936 and 13.9 us at 16x151936, against 7.1 and 11.0 us here.)
 //
 // Vector width: 16-byte loads and stores (W = 4 floats) when every row starts on a 16-byte
 // boundary, i.e. x and y are 16-byte aligned and cols % 4 == 0; otherwise W = 1. Rows that
 // are not a multiple of 4 therefore take the scalar path: correct, coalesced, a bit slower.
-#include <cooperative_groups.h>
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "softmax.cuh"
 #include "wb/check.hpp"
 
-namespace cg = cooperative_groups;
-
 namespace ch04 {
 namespace {
-
-// Clusters (and distributed shared memory) exist from compute capability 9.0 (Hopper).
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-#define CH04_HAS_CLUSTERS 1
-#else
-#define CH04_HAS_CLUSTERS 0
-#endif
 
 // ------------------------------------------------------------------------------------------
 // Packs: W consecutive floats moved by one instruction (W = 4: one 16-byte access).
@@ -219,18 +218,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ------------------------------------------------------------------------------------------
-// Long rows: a cluster of `parts` blocks per row, each block a slice of `chunk` columns held
-// in registers (48 floats per thread: one batch of loads, as in the kernels above). A slice
-// too long for that (rows beyond 16 * 12288 = 196608 columns) is streamed instead: one pass
-// for the statistics, a second one, mostly from L2, for the output.
+// Long rows: `parts` blocks per row, each holding a slice of `chunk` columns in registers
+// (kFloats per thread, all loaded before any is used). The blocks of a row exchange their
+// partial (max, sum) through global memory and wait for each other (see RowExchange below),
+// then each writes its slice: one launch, one read, one write.
 //
-// Measured on an H200 (1x151936, 16x151936, 64x32000): 256-thread blocks with the slice in
-// registers beat 1024-thread blocks with the slice in shared memory by 7-25%.
+// Rows too long for the slices to fit (or launches that cannot use the exchange) take
+// softmax_row_streamed: a block per row, one pass for the statistics and a second one,
+// mostly from L2, for the output.
 
 constexpr int kSplitThreads = 256;
-constexpr int kSplitFloatsPerThread = 48;
-constexpr int kSliceCapacity = kSplitThreads * kSplitFloatsPerThread;  // 12288 floats
-constexpr int kUnroll = 4;  // packs each thread loads before using any, when streaming
+constexpr int kMaxSplitFloats = 48;  // per thread: the largest slice is 256 x 48 = 12288 floats
+constexpr int kUnroll = 4;           // packs each thread loads before using any, when streaming
 
 // A partial softmax: the max of some entries and the sum of exp(entry - max) over them.
 // Two partials combine exactly by rescaling both sums to the larger max (the "online
@@ -268,100 +267,144 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum t) {
   return t;
 }
 
-template <int W>
-__global__ void __launch_bounds__(kSplitThreads)
-    softmax_split_row(const float* __restrict__ x, float* __restrict__ y, int cols, int chunk) {
-  constexpr int kPacks = kSplitFloatsPerThread / W;
-  constexpr int kStride = kSplitThreads * W;  // floats between one thread's packs
+// Every thread of the block gets the combination of every thread's partial.
+__device__ __forceinline__ MaxSum block_combine(MaxSum t) {
   __shared__ MaxSum per_warp[kSplitThreads / 32];
-  __shared__ MaxSum slice_stats;  // read by the other blocks of the cluster
-
-#if CH04_HAS_CLUSTERS
-  cg::cluster_group cluster = cg::this_cluster();
-  const int parts = static_cast<int>(cluster.num_blocks());
-  const int part = static_cast<int>(cluster.block_rank());
-#else
-  const int parts = 1, part = 0;
-#endif
-  const size_t row = blockIdx.x / parts;
-  const int begin = part * chunk;
-  const int n = max(0, min(cols, begin + chunk) - begin);  // this slice's floats, a multiple of W
-  const float* x_slice = x + row * cols + begin;
-  float* y_slice = y + row * cols + begin;
-  const int lane = threadIdx.x % 32;
-  const bool in_registers = chunk <= kSliceCapacity;  // the same for every block of the launch
-
-  // Pass 1: this thread's partial (max, sum).
-  Pack<W> v[kPacks];
-  MaxSum t = {-INFINITY, 0.0f};
-  if (in_registers) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int i = threadIdx.x * W + k * kStride;
-      v[k] = i < n ? load_pack<W>(x_slice + i) : neg_inf_pack<W>();
-#pragma unroll
-      for (int j = 0; j < W; ++j) m = fmaxf(m, v[k].v[j]);
-    }
-    float s = 0.0f;
-    if (m != -INFINITY)
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-        for (int j = 0; j < W; ++j) s += __expf(v[k].v[j] - m);
-    t = {m, s};
-  } else {
-    for (int base = threadIdx.x * W; base < n; base += kUnroll * kStride) {
-      Pack<W> p[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)  // all loads first: kUnroll of them in flight at once
-        p[u] = base + u * kStride < n ? load_pack<W>(x_slice + base + u * kStride)
-                                      : neg_inf_pack<W>();
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) t = combine(t, pack_stats<W>(p[u]));
-    }
-  }
-  // The slice's partial: combine within each warp, then across the block's warps.
+  __shared__ MaxSum result;
   t = warp_combine(t);
-  if (lane == 0) per_warp[threadIdx.x / 32] = t;
+  if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = t;
   __syncthreads();
-  t = warp_combine(lane < kSplitThreads / 32 ? per_warp[lane] : MaxSum{-INFINITY, 0.0f});
-  if (threadIdx.x == 0) slice_stats = t;
+  if (threadIdx.x < 32) {
+    t = warp_combine(threadIdx.x < kSplitThreads / 32 ? per_warp[threadIdx.x]
+                                                       : MaxSum{-INFINITY, 0.0f});
+    if (threadIdx.x == 0) result = t;
+  }
+  __syncthreads();
+  return result;
+}
 
-  // The row's (max, sum): lane q of every warp reads the partial of block q of the cluster
-  // through distributed shared memory, and the warp combines them.
-#if CH04_HAS_CLUSTERS
-  cluster.sync();  // every block's slice_stats written and visible to the cluster
-  const MaxSum row_stats = warp_combine(
-      lane < parts ? *cluster.map_shared_rank(&slice_stats, lane) : MaxSum{-INFINITY, 0.0f});
-#else
-  const MaxSum row_stats = t;
-#endif
+// RowExchange: how the blocks of one row meet, without a second kernel.
+//
+// Each block owns one slot. It publishes its partial there, then reads every slot of its
+// row until all of them hold this launch's partials. Each 64-bit word of a slot carries a
+// value in its low half and the launch's `epoch` (a number the host never repeats on this
+// stream) in its high half, and is written and read as one: a reader that sees the right
+// epoch sees the right value, with no fence and no flag to reset between launches.
+//
+// Waiting on other blocks is only safe when they all run at once: the launch is cooperative
+// (the runtime refuses it rather than let some blocks wait for blocks that cannot start).
+//
+// Each slot has a 128-byte line of its own. Measured on an H200 at 1x151936 (132 blocks,
+// each polling 132 slots): 16-byte slots, 8 to a line, took 7.9 us; a line each, 7.1 us.
+struct Slot {
+  unsigned long long max_word, sum_word;
+  unsigned long long padding[14];
+};
+static_assert(sizeof(Slot) == 128, "one slot per 128-byte line");
+
+using Word = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
+
+__device__ __forceinline__ unsigned long long tagged(float value, unsigned epoch) {
+  return static_cast<unsigned long long>(epoch) << 32 | __float_as_uint(value);
+}
+
+__device__ __forceinline__ void publish(Slot& slot, MaxSum partial, unsigned epoch) {
+  Word(slot.max_word).store(tagged(partial.max, epoch), cuda::memory_order_relaxed);
+  Word(slot.sum_word).store(tagged(partial.sum, epoch), cuda::memory_order_relaxed);
+}
+
+// Thread q waits for slot q (and q + 256, ...) of the row; then the block combines them.
+__device__ __forceinline__ MaxSum gather_row(Slot* row_slots, int parts, unsigned epoch) {
+  MaxSum t = {-INFINITY, 0.0f};
+  for (int q = threadIdx.x; q < parts; q += kSplitThreads) {
+    unsigned long long max_word, sum_word;
+    do {  // both loads in flight at once: one round trip per try
+      max_word = Word(row_slots[q].max_word).load(cuda::memory_order_relaxed);
+      sum_word = Word(row_slots[q].sum_word).load(cuda::memory_order_relaxed);
+    } while (static_cast<unsigned>(max_word >> 32) != epoch ||
+             static_cast<unsigned>(sum_word >> 32) != epoch);
+    t = combine(t, {__uint_as_float(static_cast<unsigned>(max_word)),
+                    __uint_as_float(static_cast<unsigned>(sum_word))});
+  }
+  return block_combine(t);
+}
+
+template <int kFloats, int W>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_split_row(const float* __restrict__ x, float* __restrict__ y, int cols, int chunk,
+                      int parts, Slot* __restrict__ slots, unsigned epoch) {
+  constexpr int kPacks = kFloats / W;
+  constexpr int kStride = kSplitThreads * W;  // floats between one thread's packs
+  const int row = blockIdx.x / parts, part = blockIdx.x % parts;
+  const int begin = part * chunk;
+  const int n = max(0, min(cols, begin + chunk) - begin);  // this slice's floats
+  const float* x_slice = x + static_cast<size_t>(row) * cols + begin;
+  float* y_slice = y + static_cast<size_t>(row) * cols + begin;
+
+  // This thread's packs, all loads in flight at once, and their (max, sum).
+  Pack<W> v[kPacks];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int i = threadIdx.x * W + k * kStride;
+    v[k] = i < n ? load_pack<W>(x_slice + i) : neg_inf_pack<W>();
+#pragma unroll
+    for (int j = 0; j < W; ++j) m = fmaxf(m, v[k].v[j]);
+  }
+  float s = 0.0f;
+  if (m != -INFINITY)
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int j = 0; j < W; ++j) s += __expf(v[k].v[j] - m);
+
+  // The slice's partial, published; then the row's, from every slice's.
+  const MaxSum slice = block_combine({m, s});
+  Slot* row_slots = slots + static_cast<size_t>(row) * parts;
+  if (threadIdx.x == 0) publish(row_slots[part], slice, epoch);
+  const MaxSum row_stats = gather_row(row_slots, parts, epoch);
+
   // An all -inf row has max -inf and sum 0: exp(-inf - (-inf)) = NaN, the documented result.
   const float inv_sum = 1.0f / row_stats.sum;
-
-  // Pass 2: y = exp(x - max) / sum, from registers (or from x again, mostly in L2).
-  if (in_registers) {
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int i = threadIdx.x * W + k * kStride;
-      if (i < n) {
+  for (int k = 0; k < kPacks; ++k) {
+    const int i = threadIdx.x * W + k * kStride;
+    if (i < n) {
 #pragma unroll
-        for (int j = 0; j < W; ++j) v[k].v[j] = __expf(v[k].v[j] - row_stats.max) * inv_sum;
-        store_pack<W>(y_slice + i, v[k]);
-      }
-    }
-  } else {
-    for (int i = threadIdx.x * W; i < n; i += kStride) {
-      Pack<W> p = load_pack<W>(x_slice + i);
-#pragma unroll
-      for (int j = 0; j < W; ++j) p.v[j] = __expf(p.v[j] - row_stats.max) * inv_sum;
-      store_pack<W>(y_slice + i, p);
+      for (int j = 0; j < W; ++j) v[k].v[j] = __expf(v[k].v[j] - row_stats.max) * inv_sum;
+      store_pack<W>(y_slice + i, v[k]);
     }
   }
-#if CH04_HAS_CLUSTERS
-  cluster.sync();  // keep slice_stats alive until every block of the cluster has read it
-#endif
+}
+
+// A block per row, any length: the online (max, sum) over the row, kUnroll packs in flight
+// per thread; then y = exp(x - max) / sum, reading x again (from L2 when the rows are few).
+template <int W>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_row_streamed(const float* __restrict__ x, float* __restrict__ y, int cols) {
+  constexpr int kStride = kSplitThreads * W;
+  const float* x_row = x + static_cast<size_t>(blockIdx.x) * cols;
+  float* y_row = y + static_cast<size_t>(blockIdx.x) * cols;
+
+  MaxSum t = {-INFINITY, 0.0f};
+  for (int base = threadIdx.x * W; base < cols; base += kUnroll * kStride) {
+    Pack<W> p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)  // all loads first: kUnroll of them in flight at once
+      p[u] = base + u * kStride < cols ? load_pack<W>(x_row + base + u * kStride)
+                                       : neg_inf_pack<W>();
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) t = combine(t, pack_stats<W>(p[u]));
+  }
+  const MaxSum row_stats = block_combine(t);
+
+  const float inv_sum = 1.0f / row_stats.sum;
+  for (int i = threadIdx.x * W; i < cols; i += kStride) {
+    Pack<W> p = load_pack<W>(x_row + i);
+#pragma unroll
+    for (int j = 0; j < W; ++j) p.v[j] = __expf(p.v[j] - row_stats.max) * inv_sum;
+    store_pack<W>(y_row + i, p);
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -435,64 +478,159 @@ void launch_medium_rows(const float* x, float* y, int rows, int cols, cudaStream
                          std::to_string(cols));
 }
 
-cudaLaunchConfig_t split_config(int rows, int parts, cudaStream_t stream,
-                                cudaLaunchAttribute* cluster_attr) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows) * parts);
-  config.blockDim = dim3(kSplitThreads);
-  config.stream = stream;
-  cluster_attr->id = cudaLaunchAttributeClusterDimension;
-  cluster_attr->val.clusterDim.x = parts;
-  cluster_attr->val.clusterDim.y = 1;
-  cluster_attr->val.clusterDim.z = 1;
-  config.attrs = cluster_attr;
-  config.numAttrs = 1;
-  return config;
+// Where the slots live. The API allows no allocation inside a call, so they are a static
+// device array (zero at module load, 2 MiB), cut into kRegions regions. Launches on one
+// stream run one after the other and can share a region; launches on different streams may
+// run at the same time, so a region belongs to one stream while that stream has launches in
+// flight on it. An event recorded after each launch says when that is over; then another
+// stream may take the region. When all are busy, the launch takes the streamed kernel.
+constexpr int kRegions = 16;
+constexpr int kSlotsPerRegion = 1024;  // blocks per launch at most: 4 per SM up to 256 SMs
+__device__ Slot g_slots[kRegions * kSlotsPerRegion];
+
+struct Region {
+  Slot* slots = nullptr;
+  cudaStream_t stream = nullptr;   // the stream that used it last
+  cudaEvent_t last_use = nullptr;  // recorded on that stream after its last launch
+  unsigned epoch = 0;              // the last epoch handed out; a fresh slot holds 0
+};
+
+class RegionTable {
+ public:
+  // A region for one launch on `stream` and the launch's epoch, or nullptr when every
+  // region is in use on other streams. Call done(region, stream) after the launch.
+  Region* acquire(cudaStream_t stream) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Region>& regions = regions_for_current_device();
+    Region* pick = nullptr;
+    for (Region& r : regions)
+      if (r.last_use != nullptr && r.stream == stream) pick = &r;  // this stream's own
+    for (Region& r : regions)
+      if (pick == nullptr && (r.last_use == nullptr || cudaEventQuery(r.last_use) == cudaSuccess))
+        pick = &r;  // never used, or its last launch is over
+    (void)cudaGetLastError();  // cudaEventQuery's "not ready" is an answer, not an error
+    if (pick == nullptr) return nullptr;
+    if (pick->last_use == nullptr)
+      WB_CUDA(cudaEventCreateWithFlags(&pick->last_use, cudaEventDisableTiming));
+    pick->stream = stream;
+    if (++pick->epoch == 0) pick->epoch = 1;  // after 2^32 launches: never a fresh slot's 0
+    return pick;
+  }
+
+  void done(Region* region, cudaStream_t stream) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    WB_CUDA(cudaEventRecord(region->last_use, stream));
+  }
+
+ private:
+  std::vector<Region>& regions_for_current_device() {
+    int device = 0;
+    WB_CUDA(cudaGetDevice(&device));
+    std::vector<Region>& regions = by_device_[device];  // g_slots exists once per device
+    if (regions.empty()) {
+      void* base = nullptr;
+      WB_CUDA(cudaGetSymbolAddress(&base, g_slots));
+      regions.resize(kRegions);
+      for (int i = 0; i < kRegions; ++i)
+        regions[i].slots = static_cast<Slot*>(base) + i * kSlotsPerRegion;
+    }
+    return regions;
+  }
+
+  std::mutex mutex_;
+  std::map<int, std::vector<Region>> by_device_;
+};
+
+RegionTable& region_table() {
+  static RegionTable table;  // lives until exit, like a library handle's workspace
+  return table;
 }
 
-// The largest cluster the split kernel can launch with on this GPU (1: no clusters), asked
-// once: Hopper allows 8 blocks portably and 16 on request, where the GPCs have room.
-template <int W>
-int max_cluster_blocks() {
+template <int kFloats, int W>
+int resident_split_blocks() {  // how many blocks of this kernel fit on the GPU at once
   static const int value = [] {
-    const auto kernel = softmax_split_row<W>;
-    int device = 0, major = 0;
-    WB_CUDA(cudaGetDevice(&device));
-    WB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    cudaFuncAttributes attributes;
-    WB_CUDA(cudaFuncGetAttributes(&attributes, kernel));
-    // Clusters need a Hopper-or-newer GPU running code compiled for one.
-    if (major < 9 || attributes.binaryVersion < 90) return 1;
-    WB_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    for (int parts = 16; parts > 1; --parts) {
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config = split_config(1, parts, nullptr, &attr);
-      int active = 0;
-      if (cudaOccupancyMaxActiveClusters(&active, kernel, &config) == cudaSuccess && active > 0)
-        return parts;
-      (void)cudaGetLastError();  // this size is not supported here: try a smaller one
-    }
-    return 1;
+    int per_sm = 0;
+    WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, softmax_split_row<kFloats, W>, kSplitThreads, 0));
+    return per_sm * sm_count();
   }();
   return value;
 }
 
+bool cooperative_launch_supported() {
+  static const bool value = [] {
+    int device = 0, supported = 0;
+    WB_CUDA(cudaGetDevice(&device));
+    WB_CUDA(cudaDeviceGetAttribute(&supported, cudaDevAttrCooperativeLaunch, device));
+    return supported != 0;
+  }();
+  return value;
+}
+
+// A graph captured from the stream would replay one epoch forever, and the slots would
+// then hold that epoch already: the split kernel must not be captured.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  WB_CUDA(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+template <int W>
+void launch_streamed_rows(const float* x, float* y, int rows, int cols, cudaStream_t stream) {
+  softmax_row_streamed<W><<<rows, kSplitThreads, 0, stream>>>(x, y, cols);
+  WB_CHECK_LAUNCH("softmax_row_streamed");
+}
+
+// Launches softmax_split_row<kFloats, W> with `parts` blocks per row, or returns false when
+// they cannot all be resident at once.
+template <int kFloats, int W>
+bool try_split(const float* x, float* y, int rows, int cols, int parts, cudaStream_t stream) {
+  const int resident = resident_split_blocks<kFloats, W>();
+  parts = std::min(parts, resident / rows);  // a cooperative launch must fit all at once
+  if (parts < 1 || rows * parts > kSlotsPerRegion) return false;
+  const int chunk = ceil_div(ceil_div(cols, parts), 4) * 4;  // a multiple of any pack width
+  if (chunk > kSplitThreads * kFloats) return false;
+  const int blocks = rows * parts;
+  Region* region = region_table().acquire(stream);
+  if (region == nullptr) return false;
+
+  cudaLaunchAttribute cooperative = {};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kSplitThreads);
+  config.stream = stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  WB_CUDA(cudaLaunchKernelEx(&config, softmax_split_row<kFloats, W>, x, y, cols, chunk, parts,
+                             region->slots, region->epoch));
+  region_table().done(region, stream);
+  WB_CHECK_LAUNCH("softmax_split_row");
+  return true;
+}
+
+// Few long rows. Blocks per row: about 4 blocks of 256 threads per SM over all the rows
+// (measured on an H200: 16x151936 was fastest at 32 blocks per row, 64x32000 at 8), and at
+// most one block per SM for a single row (each block polls every slot of its row, so the
+// exchange costs grow with the square of the blocks: 132 blocks took 7.1 us at 1x151936,
+// 264 took 8.9). Each thread then holds the fewest registers that fit its slice.
 template <int W>
 void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_t stream) {
-  const int max_parts = max_cluster_blocks<W>();
-  // Enough blocks per row for a slice to fit in registers, and when rows are few, enough to
-  // spread them over every SM.
-  const int parts = std::clamp(std::max(ceil_div(cols, kSliceCapacity), sm_count() / rows), 1,
-                               max_parts);
-  if (static_cast<long long>(rows) * parts > INT_MAX)
-    throw std::invalid_argument("ch04 softmax_fused: rows * blocks per row exceeds the grid");
-  const int chunk = ceil_div(ceil_div(cols, parts), 4) * 4;  // a multiple of any pack width
-
-  cudaLaunchAttribute attr;
-  cudaLaunchConfig_t config = split_config(rows, parts, stream, &attr);
-  if (max_parts == 1) config.numAttrs = 0;  // no clusters here: a plain launch, a block per row
-  WB_CUDA(cudaLaunchKernelEx(&config, softmax_split_row<W>, x, y, cols, chunk));
-  WB_CHECK_LAUNCH("softmax_split_row");
+  const int sms = sm_count();
+  const int parts = std::min(sms, ceil_div(4 * sms, rows));
+  const int floats = ceil_div(ceil_div(cols, parts), kSplitThreads);
+  const bool split_ok = cooperative_launch_supported() && !capturing(stream);
+  if (split_ok) {
+    if (floats <= 8 && try_split<8, W>(x, y, rows, cols, parts, stream)) return;
+    if (floats <= 16 && try_split<16, W>(x, y, rows, cols, parts, stream)) return;
+    if (floats <= 32 && try_split<32, W>(x, y, rows, cols, parts, stream)) return;
+    // Longer slices: as many blocks as fit, each with the most registers.
+    const int parts_needed = ceil_div(cols, kSplitThreads * kMaxSplitFloats);
+    if (try_split<kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed), stream))
+      return;
+  }
+  launch_streamed_rows<W>(x, y, rows, cols, stream);
 }
 
 template <int W>

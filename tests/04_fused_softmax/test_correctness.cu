@@ -95,6 +95,115 @@ TEST_CASE("unfused softmax matches the double reference on every shape") {
   check_random_shapes(Impl::Unfused, kShapes);
 }
 
+// Launch patterns a real program has: many calls queued on one stream without a wait, two
+// streams at once, and a call captured into a CUDA graph and replayed on new inputs. Any
+// correct implementation passes; they catch state shared between calls that should not
+// be (the reference's long-row blocks meet through slots in global memory: slots shared by
+// two streams, an epoch that repeats, or a graph replaying a stale epoch would fail here).
+struct Problem {
+  Shape shape;
+  std::size_t count = static_cast<std::size_t>(shape.rows) * shape.cols;
+  wb::DeviceBuffer<float> x{count}, y{count};
+  std::vector<float> x_host;
+
+  void upload_fresh(const std::string& label, cudaStream_t stream) {
+    x_host = ch04::reference::random_logits(count, label);
+    WB_CUDA(cudaMemcpyAsync(x.data(), x_host.data(), count * sizeof(float),
+                            cudaMemcpyHostToDevice, stream));
+    y.poison(stream);
+  }
+  void launch(cudaStream_t stream) {
+    ch04::softmax_fused(x.data(), y.data(), shape.rows, shape.cols, stream);
+  }
+  void check(const std::string& what) {
+    const std::vector<float> got = y.download();
+    const std::string failure = check_softmax(
+        x_host, got, softmax_rows(x_host, shape.rows, shape.cols), shape.rows, shape.cols,
+        "fused softmax (" + what + ", " + shape_name(shape) + ")");
+    if (!failure.empty()) FAIL_CHECK(failure);
+  }
+};
+
+std::vector<Problem> make_problems(Shape shape, int how_many) {
+  std::vector<Problem> problems;
+  for (int i = 0; i < how_many; ++i) problems.push_back(Problem{shape});
+  return problems;
+}
+
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() { WB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~OwnedStream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+};
+
+const std::vector<Shape> kLaunchPatternShapes = {{1, 151936}, {16, 151936}, {3, 20000}};
+
+TEST_CASE("fused softmax: calls queued back to back on one stream") {
+  WB_REQUIRE_GPU();
+  for (const Shape shape : kLaunchPatternShapes) {
+    OwnedStream stream;
+    std::vector<Problem> problems = make_problems(shape, 4);
+    // Four inputs, then four launches with no wait between them.
+    for (std::size_t i = 0; i < problems.size(); ++i)
+      problems[i].upload_fresh("ch04/back-to-back/" + std::to_string(i) + "/" + shape_name(shape),
+                               stream.s);
+    for (Problem& p : problems) p.launch(stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    for (Problem& p : problems) p.check("4 calls back to back on one stream");
+  }
+}
+
+TEST_CASE("fused softmax: two streams at once") {
+  WB_REQUIRE_GPU();
+  for (const Shape shape : kLaunchPatternShapes) {
+    OwnedStream a, b;
+    std::vector<Problem> on_a = make_problems(shape, 3), on_b = make_problems(shape, 3);
+    for (std::size_t i = 0; i < on_a.size(); ++i) {
+      on_a[i].upload_fresh("ch04/two-streams/a" + std::to_string(i), a.s);
+      on_b[i].upload_fresh("ch04/two-streams/b" + std::to_string(i), b.s);
+    }
+    for (std::size_t i = 0; i < on_a.size(); ++i) {  // interleaved, so the launches overlap
+      on_a[i].launch(a.s);
+      on_b[i].launch(b.s);
+    }
+    WB_CUDA(cudaStreamSynchronize(a.s));
+    WB_CUDA(cudaStreamSynchronize(b.s));
+    for (Problem& p : on_a) p.check("stream A of two running at once");
+    for (Problem& p : on_b) p.check("stream B of two running at once");
+  }
+}
+
+TEST_CASE("fused softmax: captured into a CUDA graph and replayed on new inputs") {
+  WB_REQUIRE_GPU();
+  for (const Shape shape : kLaunchPatternShapes) {
+    OwnedStream stream;
+    Problem p{shape};
+    cudaGraph_t graph = nullptr;
+    WB_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    try {
+      p.launch(stream.s);
+    } catch (...) {
+      cudaStreamEndCapture(stream.s, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    WB_CUDA(cudaStreamEndCapture(stream.s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      p.upload_fresh("ch04/graph/" + std::to_string(replay) + "/" + shape_name(shape), stream.s);
+      WB_CUDA(cudaGraphLaunch(exec, stream.s));
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+      p.check("CUDA graph replay " + std::to_string(replay + 1));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
 // Rows of logits in +-1e4 (exp overflows without the max subtracted), masked (-inf)
 // entries, one finite entry, and all -inf (NaN by definition); see reference::edge_logits.
 const std::vector<Shape> kEdgeShapes = {{7, 1},     {11, 5},      {9, 37},       {12, 1000},
