@@ -2,6 +2,7 @@
 // hot and cold.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "support.hpp"
 #include "timer.cuh"
@@ -27,6 +28,7 @@ struct ReadWork {
   explicit ReadWork(std::size_t bytes) : in(bytes / sizeof(float4)), out(1) {
     WB_CUDA(cudaMemset(in.data(), 0, in.bytes()));
   }
+  double bytes_read() const { return double(in.bytes()); }
   ch00::Work work() {
     return [this](cudaStream_t s) {
       ch00::support::call_log().order += 'W';
@@ -38,10 +40,41 @@ struct ReadWork {
   wb::DeviceBuffer<float> out;
 };
 
-double harness_us(ReadWork& w, wb::Cache cache) {
+// One thread follows a chain of kSteps indices 16 KiB apart (2 MiB in all, well inside L2):
+// each load waits for the previous one, so the time is kSteps x the latency of wherever the
+// chain is. Hot, that is L2; cold (flushed), device memory, several times slower. A
+// streaming read would be a poor probe: from device memory it is nearly as fast as from L2.
+__global__ void chase_kernel(const unsigned* next, int steps, unsigned* out) {
+  unsigned i = 0;
+  for (int s = 0; s < steps; ++s) i = next[i];
+  if (i == 0xFFFFFFFFu) *out = i;  // keeps the loads alive; never true
+}
+
+struct ChaseWork {
+  static constexpr int kSteps = 128, kStride = 4096;
+  ChaseWork() : in(std::size_t(kSteps) * kStride), out(1) {
+    std::vector<unsigned> next(in.size(), 0);
+    for (int s = 0; s < kSteps; ++s)
+      next[std::size_t(s) * kStride] = unsigned((s + 1) % kSteps) * kStride;
+    in.upload(next);
+  }
+  double bytes_read() const { return 0; }  // latency-bound: a bandwidth would mean nothing
+  ch00::Work work() {
+    return [this](cudaStream_t s) {
+      ch00::support::call_log().order += 'W';
+      chase_kernel<<<1, 1, 0, s>>>(in.data(), kSteps, out.data());
+      WB_CHECK_LAUNCH("chase_kernel");
+    };
+  }
+  wb::DeviceBuffer<unsigned> in;
+  wb::DeviceBuffer<unsigned> out;
+};
+
+template <class AnyWork>
+double harness_us(AnyWork& w, wb::Cache cache) {
   wb::BenchOptions o;
   o.name = std::string("reference timing, ") + wb::to_string(cache);
-  o.bytes = double(w.in.bytes());
+  o.bytes = w.bytes_read();
   o.cache = cache;
   wb::Bench bench(o);
   auto work = w.work();
@@ -60,8 +93,8 @@ int flushed_calls(const std::string& order) {
 TEST_CASE("flushes L2 before every sample when cold timing is asked (rule 5)") {
   WB_REQUIRE_GPU();
   TestStream stream;
-  // Half of L2: hot repeats read it from L2, cold ones from device memory.
-  ReadWork w(wb::device_info().l2_bytes / 2);
+  // Hot repeats find the chain in L2, cold ones in device memory.
+  ChaseWork w;
   const double hot_us = harness_us(w, wb::Cache::Hot);
   const double cold_us = harness_us(w, wb::Cache::Cold);
 
