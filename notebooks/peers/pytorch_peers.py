@@ -292,6 +292,8 @@ def _nvidia_smi_clocks():
 
 
 def _git_revision():
+    if os.environ.get("WB_REVISION"):  # as .ci/gpu-run: a tree copied without its history
+        return os.environ["WB_REVISION"]
     try:
         return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=20,
