@@ -15,6 +15,28 @@ import wbplots  # noqa: E402
 ALLOWED_SUFFIXES = {".json", ".csv", ".md"}
 
 
+def validate_write_flush(folder):
+    """data/results/write-flush/: results files measured with WB_L2_FLUSH=write, and only those."""
+    problems = []
+    for path in sorted(folder.iterdir()):
+        if path.suffix != ".json":
+            problems.append(f"{path}: write-flush/ holds results files (.json) only")
+            continue
+        try:
+            doc = wbplots.validate_file(path)
+        except wbplots.ResultsError as e:
+            problems.append(str(e))
+            continue
+        flush = doc["environment"].get("l2_flush")
+        if flush != "write":
+            problems.append(f"{path}: environment.l2_flush is {flush!r}; write-flush/ holds results "
+                            "measured with WB_L2_FLUSH=write only")
+            continue
+        print(f"ok    write-flush/{path.name}: {doc['chapter']} {doc['build']}, "
+              f"{len(doc['results'])} entries, {doc['environment']['gpu']}, write-only flush")
+    return problems
+
+
 def main() -> int:
     results, synthetic = shipped_or_fixtures()
     if synthetic:
@@ -38,8 +60,11 @@ def main() -> int:
             if path.is_file() and path.suffix not in ALLOWED_SUFFIXES:
                 problems.append(f"{path}: data/results holds results files (.json), gradebooks (.csv) and "
                                 "notes (.md) only; figures and reports belong in report/")
-            if path.is_dir():
-                problems.append(f"{path}: no folders in data/results")
+            if path.is_dir() and path.name == "write-flush":
+                problems += validate_write_flush(path)
+            elif path.is_dir():
+                problems.append(f"{path}: no folders in data/results but write-flush/ (the same "
+                                "benches with the write-only L2 flush, WB_L2_FLUSH=write)")
     if not files:
         problems.append(f"{results}: no results files at all")
     for p in problems:
