@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <numeric>
 #include <sstream>
 
@@ -36,6 +37,13 @@ __global__ void spin_kernel(unsigned long long ns) {
 }
 
 __global__ void empty_kernel() {}
+
+// Follows the chain from index 0: each load's address is the previous load's value.
+__global__ void chase_kernel(const unsigned* next, int steps, unsigned* sink) {
+  unsigned i = 0;
+  for (int s = 0; s < steps; ++s) i = next[i];
+  if (i == 0xFFFFFFFFu) *sink = i;  // keeps the loads alive; never true
+}
 
 // A plain vectorized copy: the reference for "how fast can this GPU move bytes".
 __global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ out,
@@ -82,6 +90,26 @@ void launch_spin_kernel(double ns, cudaStream_t stream) {
 void launch_empty_kernel(cudaStream_t stream) {
   empty_kernel<<<1, 1, 0, stream>>>();
   WB_CHECK_LAUNCH("empty_kernel");
+}
+
+LatencyChain::LatencyChain(int steps) : steps_(steps) {
+  constexpr std::size_t kStride = 4096;  // unsigneds: 16 KiB, a separate line and DRAM page
+  std::vector<unsigned> next(std::size_t(steps) * kStride, 0);
+  for (int s = 0; s < steps; ++s)
+    next[std::size_t(s) * kStride] = unsigned((std::size_t(s + 1) % steps) * kStride);
+  WB_CUDA(cudaMalloc(&chain_, next.size() * sizeof(unsigned)));
+  WB_CUDA(cudaMalloc(&sink_, sizeof(unsigned)));
+  WB_CUDA(cudaMemcpy(chain_, next.data(), next.size() * sizeof(unsigned), cudaMemcpyHostToDevice));
+}
+
+LatencyChain::~LatencyChain() {
+  cudaFree(chain_);
+  cudaFree(sink_);
+}
+
+void LatencyChain::launch(cudaStream_t stream) const {
+  chase_kernel<<<1, 1, 0, stream>>>(chain_, steps_, sink_);
+  WB_CHECK_LAUNCH("chase_kernel");
 }
 
 // ---------------------------------------------------------------------------------------

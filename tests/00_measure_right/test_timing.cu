@@ -40,34 +40,17 @@ struct ReadWork {
   wb::DeviceBuffer<float> out;
 };
 
-// One thread follows a chain of kSteps indices 16 KiB apart (2 MiB in all, well inside L2):
-// each load waits for the previous one, so the time is kSteps x the latency of wherever the
-// chain is. Hot, that is L2; cold (flushed), device memory, several times slower. A
-// streaming read would be a poor probe: from device memory it is nearly as fast as from L2.
-__global__ void chase_kernel(const unsigned* next, int steps, unsigned* out) {
-  unsigned i = 0;
-  for (int s = 0; s < steps; ++s) i = next[i];
-  if (i == 0xFFFFFFFFu) *out = i;  // keeps the loads alive; never true
-}
-
+// 128 dependent loads that fit in L2 (wb::LatencyChain): hot repeats find them in L2, cold
+// ones in device memory, several times slower.
 struct ChaseWork {
-  static constexpr int kSteps = 128, kStride = 4096;
-  ChaseWork() : in(std::size_t(kSteps) * kStride), out(1) {
-    std::vector<unsigned> next(in.size(), 0);
-    for (int s = 0; s < kSteps; ++s)
-      next[std::size_t(s) * kStride] = unsigned((s + 1) % kSteps) * kStride;
-    in.upload(next);
-  }
+  wb::LatencyChain chain{128};
   double bytes_read() const { return 0; }  // latency-bound: a bandwidth would mean nothing
   ch00::Work work() {
     return [this](cudaStream_t s) {
       ch00::support::call_log().order += 'W';
-      chase_kernel<<<1, 1, 0, s>>>(in.data(), kSteps, out.data());
-      WB_CHECK_LAUNCH("chase_kernel");
+      chain.launch(s);
     };
   }
-  wb::DeviceBuffer<unsigned> in;
-  wb::DeviceBuffer<unsigned> out;
 };
 
 template <class AnyWork>

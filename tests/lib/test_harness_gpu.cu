@@ -10,13 +10,7 @@
 
 namespace {
 
-// One thread follows a chain of indices through `next`: each load waits for the previous
-// one, so the time is steps x the latency of wherever the data is (L2 or device memory).
-__global__ void chase(const unsigned* next, int steps, unsigned* out) {
-  unsigned i = 0;
-  for (int s = 0; s < steps; ++s) i = next[i];
-  if (i == 0xFFFFFFFFu) *out = i;  // keeps the loads alive; never true
-}
+__global__ void noop() {}
 
 wb::BenchOptions quick(const std::string& name) {
   wb::BenchOptions o;
@@ -110,16 +104,9 @@ TEST_CASE("rule 8: a time below the physical floor is rejected") {
 
 TEST_CASE("rule 5: cold timing of L2-resident data is slower than hot") {
   WB_REQUIRE_GPU();
-  // A chain of 512 dependent loads, 16 KiB apart (4 MiB in all, well inside L2): hot, every
-  // load hits L2; cold, the flush has evicted them and every load goes to device memory,
-  // whose latency is several times L2's. (A streaming read is a poor probe: on an H200 a
-  // read of a quarter of L2 is about as fast from device memory as from L2.)
-  constexpr int kSteps = 512, kStride = 4096;
-  std::vector<unsigned> next(std::size_t(kSteps) * kStride, 0);
-  for (int s = 0; s < kSteps; ++s) next[std::size_t(s) * kStride] = unsigned((s + 1) % kSteps) * kStride;
-  wb::DeviceBuffer<unsigned> chain(next.size()), out(1);
-  chain.upload(next);
-  auto work = [&](cudaStream_t st) { chase<<<1, 1, 0, st>>>(chain.data(), kSteps, out.data()); };
+  // 512 dependent loads that fit in L2: hot, each hits L2; cold, each goes to device memory.
+  const wb::LatencyChain chain(512);
+  auto work = [&](cudaStream_t st) { chain.launch(st); };
   auto o = quick("pointer chase in L2");
   o.cache = wb::Cache::Hot;
   wb::Bench hot(o);
@@ -129,7 +116,7 @@ TEST_CASE("rule 5: cold timing of L2-resident data is slower than hot") {
   const double cold_us = cold.run(work).median_us;
   wb::testing::record_metric("hot_us", hot_us);
   wb::testing::record_metric("cold_us", cold_us);
-  MESSAGE("hot " << hot_us << " us, cold " << cold_us << " us (" << kSteps << " dependent loads)");
+  MESSAGE("hot " << hot_us << " us, cold " << cold_us << " us (" << chain.steps() << " dependent loads)");
   CHECK(cold_us > 1.5 * hot_us);
 }
 
@@ -140,7 +127,7 @@ TEST_CASE("rule 7: verify runs after timing; rule 1: a bad launch fails loudly")
   bench.run([&](cudaStream_t st) { wb::launch_spin_kernel(5e3, st); }, [&] { ++verified; });
   CHECK(verified == 1);
   wb::Bench bad(quick("bad launch"));
-  CHECK_THROWS_AS(bad.run([&](cudaStream_t st) { chase<<<1, 2048, 0, st>>>(nullptr, 0, nullptr); /* 2048 threads: invalid */ }),
+  CHECK_THROWS_AS(bad.run([&](cudaStream_t st) { noop<<<1, 2048, 0, st>>>(); /* 2048 threads: invalid */ }),
                   wb::CudaError);
 }
 

@@ -122,9 +122,9 @@ class Bench {
 // The buffer is written and then read back: the write evicts whatever the last sample left
 // (its dirty lines are written back now, outside the timed region), and the read leaves L2
 // full of clean lines. A write-only flush, as nvbench and Triton's do_bench use, leaves L2
-// full of dirty lines whose write-back the *next timed kernel* pays for: measured on an
-// H200, a device copy of 128 MiB took 36.0 us after a write-only flush and 32.7 us after
-// this one (docs/DESIGN-NOTES.md). WB_L2_FLUSH=write selects the write-only flush, to
+// full of dirty lines whose write-back the *next timed kernel* pays for (the same-size copy
+// entries of data/results/05_fused_gelu-solution.json and of write-flush/ beside it show by
+// how much; docs/DESIGN-NOTES.md). WB_L2_FLUSH=write selects the write-only flush, to
 // reproduce figures measured that way.
 void flush_l2(void* buffer, std::size_t bytes, cudaStream_t stream);
 // "write+read" (the default) or "write" (WB_L2_FLUSH=write); recorded in every results file.
@@ -138,5 +138,25 @@ double median_of(std::vector<double> values);
 void launch_spin_kernel(double ns, cudaStream_t stream);
 // An empty kernel (launch latency).
 void launch_empty_kernel(cudaStream_t stream);
+
+// A chain of `steps` indices 16 KiB apart in device memory (steps x 16 KiB, well inside L2
+// for a few hundred steps). launch() has one thread follow it: each load waits for the one
+// before, so the time is steps x the latency of wherever the chain is, L2 when hot and
+// device memory after a flush, several times slower. The cold-cache tests' probe: a
+// streaming read is a poor one, as it is nearly as fast from device memory as from L2.
+class LatencyChain {
+ public:
+  explicit LatencyChain(int steps);
+  ~LatencyChain();
+  LatencyChain(const LatencyChain&) = delete;
+  LatencyChain& operator=(const LatencyChain&) = delete;
+  void launch(cudaStream_t stream) const;
+  int steps() const { return steps_; }
+
+ private:
+  int steps_;
+  unsigned* chain_ = nullptr;
+  unsigned* sink_ = nullptr;
+};
 
 }  // namespace wb
