@@ -17,7 +17,7 @@
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/device.hpp"
-#include "wb/not_implemented.hpp"
+#include "wb/fusion_bench.hpp"
 #include "wb/results.hpp"
 #include "wb/timing.hpp"
 
@@ -32,12 +32,6 @@ struct Shape {
 const std::vector<Shape> kShapes = {{16, 151936}, {1, 151936},  {64, 32000},
                                     {4096, 4096}, {8192, 1024}, {32768, 256}};
 const std::vector<Shape> kQuickShapes = {{16, 151936}, {1, 151936}, {4096, 4096}};
-
-struct Row {
-  std::string shape, variant;
-  wb::Stats stats;
-  double vs_copy;  // time of a device copy of the same bytes / this time
-};
 
 }  // namespace
 
@@ -55,7 +49,7 @@ int main(int argc, char** argv) {
   }
   const std::string build = WB_BUILD_NAME;
   wb::ResultsWriter writer("04_fused_softmax", build);
-  std::vector<Row> table;
+  wb::FusionBench bench("bench_04", "softmax", writer);
 
   try {
     for (const Shape& shape : quick ? kQuickShapes : kShapes) {
@@ -71,70 +65,48 @@ int main(int argc, char** argv) {
         options.max_time_ms = 500;
       }
 
-      double copy_us = 0, unfused_us = 0;
-      const auto measure = [&](const std::string& variant, const std::string& impl,
-                               const std::function<void(cudaStream_t)>& work, bool check) {
-        std::cerr << "bench_04: " << variant << " " << shape.name() << "\n";
-        options.name = "softmax " + variant + " " + shape.name();
-        wb::Bench bench(options);
-        // Rule 7: the output is re-checked on fresh logits after timing.
-        const auto verify = [&] {
+      // Rule 7: each variant's output is re-checked on fresh logits after timing.
+      const auto verify_with = [&](const std::string& variant,
+                                   const std::function<void(cudaStream_t)>& work) {
+        return [&, variant, work](cudaStream_t stream) {
           const std::vector<float> fresh = ch04::reference::random_logits(
               count, "ch04/bench/verify/" + variant + "/" + shape.name());
           x.upload(fresh);
-          y.poison(bench.stream());
-          row_max.poison(bench.stream());
-          row_sum.poison(bench.stream());
-          work(bench.stream());
-          WB_CUDA(cudaStreamSynchronize(bench.stream()));
+          y.poison(stream);
+          row_max.poison(stream);
+          row_sum.poison(stream);
+          work(stream);
+          WB_CUDA(cudaStreamSynchronize(stream));
           const std::string failure = ch04::reference::check_softmax(
               fresh, y.download(), ch04::reference::softmax_rows(fresh, shape.rows, shape.cols),
               shape.rows, shape.cols, variant + " softmax (bench)");
           if (!failure.empty()) throw std::runtime_error(failure);
         };
-        try {
-          const wb::Stats s = check ? bench.run(work, verify) : bench.run(work);
-          nlohmann::json extra = {{"rows", shape.rows}, {"cols", shape.cols}};
-          if (variant == "copy") copy_us = s.median_us;
-          if (variant == "unfused") unfused_us = s.median_us;
-          if (variant == "fused" && unfused_us > 0)
-            extra["speedup_vs_unfused"] = unfused_us / s.median_us;
-          // The ceiling at this size: a device copy of the same bytes, timed the same way.
-          if (variant != "copy" && copy_us > 0)
-            extra["fraction_of_same_size_copy"] = copy_us / s.median_us;
-          writer.add(variant, impl, shape.name(), s, extra);
-          table.push_back({shape.name(), variant, s, copy_us / s.median_us});
-        } catch (const wb::NotImplemented& e) {
-          std::cerr << "bench_04: " << variant << ": " << e.what() << " (skipped)\n";
-        }
       };
-
-      measure("copy", "baseline", [&](cudaStream_t s) {
+      const nlohmann::json extra = {{"rows", shape.rows}, {"cols", shape.cols}};
+      const auto copy = [&](cudaStream_t s) {
         WB_CUDA(cudaMemcpyAsync(y.data(), x.data(), count * sizeof(float),
                                 cudaMemcpyDeviceToDevice, s));
-      }, false);
-      measure("unfused", build, [&](cudaStream_t s) {
+      };
+      const auto unfused = [&](cudaStream_t s) {
         ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), shape.rows,
                               shape.cols, s);
-      }, true);
-      measure("fused", build, [&](cudaStream_t s) {
+      };
+      const auto fused = [&](cudaStream_t s) {
         ch04::softmax_fused(x.data(), y.data(), shape.rows, shape.cols, s);
-      }, true);
+      };
+      bench.measure("copy", "baseline", shape.name(), options, copy, {}, extra);
+      bench.measure("unfused", build, shape.name(), options, unfused,
+                    verify_with("unfused", unfused), extra);
+      bench.measure("fused", build, shape.name(), options, fused, verify_with("fused", fused),
+                    extra);
     }
   } catch (const std::exception& e) {
     std::cerr << "bench_04: " << e.what() << "\n";
     return 1;
   }
 
-  const double copy_gbps = wb::measured_ceilings().copy_gbps;
-  std::printf("chapter 04 softmax (%s build), cold L2; measured copy ceiling %.0f GB/s\n",
-              build.c_str(), copy_gbps);
-  std::printf("%-12s %-8s %10s %10s %8s %13s\n", "shape", "variant", "median us", "GB/s",
-              "% ceiling", "vs same copy");
-  for (const Row& r : table)
-    std::printf("%-12s %-8s %10.2f %10.0f %8.1f%% %12.1f%%\n", r.shape.c_str(),
-                r.variant.c_str(), r.stats.median_us, r.stats.gbps,
-                100.0 * r.stats.gbps / copy_gbps, 100.0 * r.vs_copy);
+  bench.print_table("chapter 04 softmax (" + build + " build)", "shape");
   const std::string path = out.empty() ? writer.default_path().string() : out;
   writer.write(path);
   std::cerr << "bench_04: wrote " << path << "\n";

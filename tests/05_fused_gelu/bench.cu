@@ -17,7 +17,7 @@
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/device.hpp"
-#include "wb/not_implemented.hpp"
+#include "wb/fusion_bench.hpp"
 #include "wb/results.hpp"
 #include "wb/timing.hpp"
 
@@ -32,12 +32,6 @@ struct Size {
 // The sizes of the PyTorch anchors (../shared/anchors) and of the timing tests.
 const std::vector<Size> kSizes = {{20}, {24}, {26}, {27}};
 const std::vector<Size> kQuickSizes = {{24}, {26}};
-
-struct Row {
-  std::string size, variant;
-  wb::Stats stats;
-  double vs_copy;  // time of a device copy of the same bytes / this time
-};
 
 }  // namespace
 
@@ -55,7 +49,7 @@ int main(int argc, char** argv) {
   }
   const std::string build = WB_BUILD_NAME;
   wb::ResultsWriter writer("05_fused_gelu", build);
-  std::vector<Row> table;
+  wb::FusionBench bench("bench_05", "gelu", writer);
 
   try {
     for (const Size& size : quick ? kQuickSizes : kSizes) {
@@ -71,66 +65,43 @@ int main(int argc, char** argv) {
         options.max_time_ms = 500;
       }
 
-      double copy_us = 0, unfused_us = 0;
-      const auto measure = [&](const std::string& variant, const std::string& impl,
-                               const std::function<void(cudaStream_t)>& work, bool check) {
-        std::cerr << "bench_05: " << variant << " " << size.name() << "\n";
-        options.name = "gelu " + variant + " " + size.name();
-        wb::Bench bench(options);
-        // Rule 7: the output is re-checked on fresh inputs after timing.
-        const auto verify = [&] {
-          const std::vector<float> fresh =
-              ch05::reference::random_inputs(n, "ch05/bench/verify/" + variant + "/" + size.name());
+      // Rule 7: each variant's output is re-checked on fresh inputs after timing.
+      const auto verify_with = [&](const std::string& variant,
+                                   const std::function<void(cudaStream_t)>& work) {
+        return [&, variant, work](cudaStream_t stream) {
+          const std::vector<float> fresh = ch05::reference::random_inputs(
+              n, "ch05/bench/verify/" + variant + "/" + size.name());
           x.upload(fresh);
-          y.poison(bench.stream());
-          scratch.poison(bench.stream());
-          work(bench.stream());
-          WB_CUDA(cudaStreamSynchronize(bench.stream()));
+          y.poison(stream);
+          scratch.poison(stream);
+          work(stream);
+          WB_CUDA(cudaStreamSynchronize(stream));
           const std::string failure = ch05::reference::check_gelu(
               fresh, y.download(), ch05::reference::gelu_tanh(fresh), variant + " GELU (bench)");
           if (!failure.empty()) throw std::runtime_error(failure);
         };
-        try {
-          const wb::Stats s = check ? bench.run(work, verify) : bench.run(work);
-          nlohmann::json extra = {{"n", n}};
-          if (variant == "copy") copy_us = s.median_us;
-          if (variant == "unfused") unfused_us = s.median_us;
-          if (variant == "fused" && unfused_us > 0)
-            extra["speedup_vs_unfused"] = unfused_us / s.median_us;
-          // The ceiling at this size: a device copy of the same bytes, timed the same way.
-          if (variant != "copy" && copy_us > 0)
-            extra["fraction_of_same_size_copy"] = copy_us / s.median_us;
-          writer.add(variant, impl, size.name(), s, extra);
-          table.push_back({size.name(), variant, s, copy_us / s.median_us});
-        } catch (const wb::NotImplemented& e) {
-          std::cerr << "bench_05: " << variant << ": " << e.what() << " (skipped)\n";
-        }
       };
-
-      measure("copy", "baseline", [&](cudaStream_t s) {
+      const nlohmann::json extra = {{"n", n}};
+      const auto copy = [&](cudaStream_t s) {
         WB_CUDA(cudaMemcpyAsync(y.data(), x.data(), n * sizeof(float), cudaMemcpyDeviceToDevice,
                                 s));
-      }, false);
-      measure("unfused", build, [&](cudaStream_t s) {
+      };
+      const auto unfused = [&](cudaStream_t s) {
         ch05::gelu_unfused(x.data(), y.data(), scratch.data(), n, s);
-      }, true);
-      measure("fused", build, [&](cudaStream_t s) { ch05::gelu_fused(x.data(), y.data(), n, s); },
-              true);
+      };
+      const auto fused = [&](cudaStream_t s) { ch05::gelu_fused(x.data(), y.data(), n, s); };
+      bench.measure("copy", "baseline", size.name(), options, copy, {}, extra);
+      bench.measure("unfused", build, size.name(), options, unfused,
+                    verify_with("unfused", unfused), extra);
+      bench.measure("fused", build, size.name(), options, fused, verify_with("fused", fused),
+                    extra);
     }
   } catch (const std::exception& e) {
     std::cerr << "bench_05: " << e.what() << "\n";
     return 1;
   }
 
-  const double copy_gbps = wb::measured_ceilings().copy_gbps;
-  std::printf("chapter 05 GELU (%s build), cold L2; measured copy ceiling %.0f GB/s\n",
-              build.c_str(), copy_gbps);
-  std::printf("%-6s %-8s %10s %10s %8s %13s\n", "n", "variant", "median us", "GB/s",
-              "% ceiling", "vs same copy");
-  for (const Row& r : table)
-    std::printf("%-6s %-8s %10.2f %10.0f %8.1f%% %12.1f%%\n", r.size.c_str(), r.variant.c_str(),
-                r.stats.median_us, r.stats.gbps, 100.0 * r.stats.gbps / copy_gbps,
-                100.0 * r.vs_copy);
+  bench.print_table("chapter 05 GELU (" + build + " build)", "n");
   const std::string path = out.empty() ? writer.default_path().string() : out;
   writer.write(path);
   std::cerr << "bench_05: wrote " << path << "\n";
