@@ -115,6 +115,11 @@ def build_sweep(sweep_from: Path | None):
 # Timing (a Python mirror of wb::Bench)
 # --------------------------------------------------------------------------------------
 
+def l2_flush_method():
+    """As wb::l2_flush_method(): "write+read" unless WB_L2_FLUSH=write."""
+    return "write" if os.environ.get("WB_L2_FLUSH") == "write" else "write+read"
+
+
 class Timer:
     def __init__(self, torch, quick: bool):
         self.torch = torch
@@ -124,7 +129,7 @@ class Timer:
         self.flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
         self.flush_words = self.flush_buf.view(torch.int32)
         self.flush_sink = torch.empty((), dtype=torch.int64, device="cuda")
-        self.flush_method = "write" if os.environ.get("WB_L2_FLUSH") == "write" else "write+read"
+        self.flush_method = l2_flush_method()
         self.min_samples, self.min_time_ms = (10, 20.0) if quick else (20, 50.0)
         self.max_samples, self.max_time_ms = (500, 1000.0) if quick else (2000, 3000.0)
         self.noise_target = 0.005
@@ -307,7 +312,7 @@ def environment(torch, copy_gbps, l2_bytes):
     env = {"gpu": props.name, "compute_capability": f"{props.major}.{props.minor}",
            "sm_count": props.multi_processor_count, "l2_bytes": l2_bytes,
            "global_mem_bytes": props.total_memory,
-           "l2_flush": "write" if os.environ.get("WB_L2_FLUSH") == "write" else "write+read"}
+           "l2_flush": l2_flush_method()}
     sm_mhz, mem_mhz = _nvidia_smi_clocks()
     if sm_mhz:
         env["sm_clock_mhz"] = sm_mhz
