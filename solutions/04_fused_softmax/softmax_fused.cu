@@ -18,8 +18,14 @@
 // publishes the pair in global memory, waits for the pairs of the row's other blocks,
 // combines them into the row's max and sum, and writes its slice: one launch, one read, one
 // write. (Hopper's thread-block clusters could exchange the pairs through distributed shared
-// memory instead, but a cluster has at most 16 blocks: on an H200, 16 SMs per row took
-// 8.9 us at 1x151936 and 13.9 us at 16x151936, against 7.1 and 11.0 us here.)
+// memory instead, but a cluster has at most 16 blocks: 16 SMs of 132 for a whole row, which
+// was slower at both 1x151936 and 16x151936 in the development runs on an H200.)
+//
+// Each exponential is computed once. A thread keeps exp(x - m) against its own max m in
+// registers while it sums them, and after the exchange multiplies by exp(m - row_max) / sum:
+// the second pass is a multiply, not another exp. On an H200 the exps alone keep an SM's
+// special-function units busy for about 0.6 us at 16x151936 (16 per clock per SM), so a
+// second round of them sat on the critical path after the exchange.
 //
 // Vector width: 16-byte loads and stores (W = 4 floats) when every row starts on a 16-byte
 // boundary, i.e. x and y are 16-byte aligned and cols % 4 == 0; otherwise W = 1. Rows that
@@ -227,8 +233,8 @@ __global__ void __launch_bounds__(kThreads)
 // softmax_row_streamed: a block per row, one pass for the statistics and a second one,
 // mostly from L2, for the output.
 
-constexpr int kSplitThreads = 256;
 constexpr int kMaxSplitFloats = 48;  // per thread: the largest slice is 256 x 48 = 12288 floats
+constexpr int kStreamThreads = 256;  // softmax_row_streamed's block
 constexpr int kUnroll = 4;           // packs each thread loads before using any, when streaming
 
 // A partial softmax: the max of some entries and the sum of exp(entry - max) over them.
@@ -268,15 +274,16 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum t) {
 }
 
 // Every thread of the block gets the combination of every thread's partial.
+template <int kThreads>
 __device__ __forceinline__ MaxSum block_combine(MaxSum t) {
-  __shared__ MaxSum per_warp[kSplitThreads / 32];
+  __shared__ MaxSum per_warp[kThreads / 32];
   __shared__ MaxSum result;
   t = warp_combine(t);
   if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = t;
   __syncthreads();
   if (threadIdx.x < 32) {
-    t = warp_combine(threadIdx.x < kSplitThreads / 32 ? per_warp[threadIdx.x]
-                                                       : MaxSum{-INFINITY, 0.0f});
+    t = warp_combine(threadIdx.x < kThreads / 32 ? per_warp[threadIdx.x]
+                                                  : MaxSum{-INFINITY, 0.0f});
     if (threadIdx.x == 0) result = t;
   }
   __syncthreads();
@@ -313,10 +320,11 @@ __device__ __forceinline__ void publish(Slot& slot, MaxSum partial, unsigned epo
   Word(slot.sum_word).store(tagged(partial.sum, epoch), cuda::memory_order_relaxed);
 }
 
-// Thread q waits for slot q (and q + 256, ...) of the row; then the block combines them.
+// Thread q waits for slot q (and q + kThreads, ...) of the row; then the block combines them.
+template <int kThreads>
 __device__ __forceinline__ MaxSum gather_row(Slot* row_slots, int parts, unsigned epoch) {
   MaxSum t = {-INFINITY, 0.0f};
-  for (int q = threadIdx.x; q < parts; q += kSplitThreads) {
+  for (int q = threadIdx.x; q < parts; q += kThreads) {
     unsigned long long max_word, sum_word;
     do {  // both loads in flight at once: one round trip per try
       max_word = Word(row_slots[q].max_word).load(cuda::memory_order_relaxed);
@@ -326,22 +334,22 @@ __device__ __forceinline__ MaxSum gather_row(Slot* row_slots, int parts, unsigne
     t = combine(t, {__uint_as_float(static_cast<unsigned>(max_word)),
                     __uint_as_float(static_cast<unsigned>(sum_word))});
   }
-  return block_combine(t);
+  return block_combine<kThreads>(t);
 }
 
-template <int kFloats, int W>
-__global__ void __launch_bounds__(kSplitThreads)
+template <int kThreads, int kFloats, int W>
+__global__ void __launch_bounds__(kThreads)
     softmax_split_row(const float* __restrict__ x, float* __restrict__ y, int cols, int chunk,
                       int parts, Slot* __restrict__ slots, unsigned epoch) {
   constexpr int kPacks = kFloats / W;
-  constexpr int kStride = kSplitThreads * W;  // floats between one thread's packs
+  constexpr int kStride = kThreads * W;  // floats between one thread's packs
   const int row = blockIdx.x / parts, part = blockIdx.x % parts;
   const int begin = part * chunk;
   const int n = max(0, min(cols, begin + chunk) - begin);  // this slice's floats
   const float* x_slice = x + static_cast<size_t>(row) * cols + begin;
   float* y_slice = y + static_cast<size_t>(row) * cols + begin;
 
-  // This thread's packs, all loads in flight at once, and their (max, sum).
+  // This thread's packs, all loads in flight at once, and their max m.
   Pack<W> v[kPacks];
   float m = -INFINITY;
 #pragma unroll
@@ -351,27 +359,33 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
     for (int j = 0; j < W; ++j) m = fmaxf(m, v[k].v[j]);
   }
+  // v becomes exp(v - m), kept for the output, and s their sum. A thread with no finite
+  // entry (all -inf, or past the end) holds zeros.
   float s = 0.0f;
-  if (m != -INFINITY)
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k)
+  for (int k = 0; k < kPacks; ++k)
 #pragma unroll
-      for (int j = 0; j < W; ++j) s += __expf(v[k].v[j] - m);
+    for (int j = 0; j < W; ++j) {
+      v[k].v[j] = m == -INFINITY ? 0.0f : __expf(v[k].v[j] - m);
+      s += v[k].v[j];
+    }
 
   // The slice's partial, published; then the row's, from every slice's.
-  const MaxSum slice = block_combine({m, s});
+  const MaxSum slice = block_combine<kThreads>({m, s});
   Slot* row_slots = slots + static_cast<size_t>(row) * parts;
   if (threadIdx.x == 0) publish(row_slots[part], slice, epoch);
-  const MaxSum row_stats = gather_row(row_slots, parts, epoch);
+  const MaxSum row_stats = gather_row<kThreads>(row_slots, parts, epoch);
 
-  // An all -inf row has max -inf and sum 0: exp(-inf - (-inf)) = NaN, the documented result.
-  const float inv_sum = 1.0f / row_stats.sum;
+  // y = exp(x - m) * exp(m - row_max) / row_sum. A thread without a finite entry gets
+  // exp(-inf) = 0 here; an all -inf row has row_max -inf and row_sum 0, so the scale is
+  // exp(-inf - (-inf)) / 0 = NaN, the documented result.
+  const float scale = __expf(m - row_stats.max) / row_stats.sum;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     const int i = threadIdx.x * W + k * kStride;
     if (i < n) {
 #pragma unroll
-      for (int j = 0; j < W; ++j) v[k].v[j] = __expf(v[k].v[j] - row_stats.max) * inv_sum;
+      for (int j = 0; j < W; ++j) v[k].v[j] *= scale;
       store_pack<W>(y_slice + i, v[k]);
     }
   }
@@ -380,9 +394,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 // A block per row, any length: the online (max, sum) over the row, kUnroll packs in flight
 // per thread; then y = exp(x - max) / sum, reading x again (from L2 when the rows are few).
 template <int W>
-__global__ void __launch_bounds__(kSplitThreads)
+__global__ void __launch_bounds__(kStreamThreads)
     softmax_row_streamed(const float* __restrict__ x, float* __restrict__ y, int cols) {
-  constexpr int kStride = kSplitThreads * W;
+  constexpr int kStride = kStreamThreads * W;
   const float* x_row = x + static_cast<size_t>(blockIdx.x) * cols;
   float* y_row = y + static_cast<size_t>(blockIdx.x) * cols;
 
@@ -396,7 +410,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) t = combine(t, pack_stats<W>(p[u]));
   }
-  const MaxSum row_stats = block_combine(t);
+  const MaxSum row_stats = block_combine<kStreamThreads>(t);
 
   const float inv_sum = 1.0f / row_stats.sum;
   for (int i = threadIdx.x * W; i < cols; i += kStride) {
@@ -546,12 +560,12 @@ RegionTable& region_table() {
   return table;
 }
 
-template <int kFloats, int W>
+template <int kThreads, int kFloats, int W>
 int resident_split_blocks() {  // how many blocks of this kernel fit on the GPU at once
   static const int value = [] {
     int per_sm = 0;
     WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, softmax_split_row<kFloats, W>, kSplitThreads, 0));
+        &per_sm, softmax_split_row<kThreads, kFloats, W>, kThreads, 0));
     return per_sm * sm_count();
   }();
   return value;
@@ -577,19 +591,19 @@ bool capturing(cudaStream_t stream) {
 
 template <int W>
 void launch_streamed_rows(const float* x, float* y, int rows, int cols, cudaStream_t stream) {
-  softmax_row_streamed<W><<<rows, kSplitThreads, 0, stream>>>(x, y, cols);
+  softmax_row_streamed<W><<<rows, kStreamThreads, 0, stream>>>(x, y, cols);
   WB_CHECK_LAUNCH("softmax_row_streamed");
 }
 
-// Launches softmax_split_row<kFloats, W> with `parts` blocks per row, or returns false when
-// they cannot all be resident at once.
-template <int kFloats, int W>
+// Launches softmax_split_row<kThreads, kFloats, W> with `parts` blocks per row, or returns
+// false when they cannot all be resident at once.
+template <int kThreads, int kFloats, int W>
 bool try_split(const float* x, float* y, int rows, int cols, int parts, cudaStream_t stream) {
-  const int resident = resident_split_blocks<kFloats, W>();
+  const int resident = resident_split_blocks<kThreads, kFloats, W>();
   parts = std::min(parts, resident / rows);  // a cooperative launch must fit all at once
   if (parts < 1 || rows * parts > kSlotsPerRegion) return false;
   const int chunk = ceil_div(ceil_div(cols, parts), 4) * 4;  // a multiple of any pack width
-  if (chunk > kSplitThreads * kFloats) return false;
+  if (chunk > kThreads * kFloats) return false;
   const int blocks = rows * parts;
   Region* region = region_table().acquire(stream);
   if (region == nullptr) return false;
@@ -599,35 +613,46 @@ bool try_split(const float* x, float* y, int rows, int cols, int parts, cudaStre
   cooperative.val.cooperative = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kSplitThreads);
+  config.blockDim = dim3(kThreads);
   config.stream = stream;
   config.attrs = &cooperative;
   config.numAttrs = 1;
-  WB_CUDA(cudaLaunchKernelEx(&config, softmax_split_row<kFloats, W>, x, y, cols, chunk, parts,
-                             region->slots, region->epoch));
+  WB_CUDA(cudaLaunchKernelEx(&config, softmax_split_row<kThreads, kFloats, W>, x, y, cols, chunk,
+                             parts, region->slots, region->epoch));
   region_table().done(region, stream);
   WB_CHECK_LAUNCH("softmax_split_row");
   return true;
 }
 
-// Few long rows. Blocks per row: about 4 blocks of 256 threads per SM over all the rows
-// (measured on an H200: 16x151936 was fastest at 32 blocks per row, 64x32000 at 8), and at
-// most one block per SM for a single row (each block polls every slot of its row, so the
-// exchange costs grow with the square of the blocks: 132 blocks took 7.1 us at 1x151936,
-// 264 took 8.9). Each thread then holds the fewest registers that fit its slice.
+// Few long rows. Blocks per row: about 4 blocks per SM over all the rows, and at most one
+// block per SM for a single row (each block polls every slot of its row, so the exchange
+// costs grow with the square of the blocks). Measured on an H200 (development runs): 132
+// blocks took 7.1 us at 1x151936 and 264 took 8.9; 16x151936 was fastest at about 32
+// blocks per row and 64x32000 at 8. One block per SM works best with 256 threads; four per
+// SM with 128 threads each (16x151936: 128 threads of 40 floats were about 0.3 us faster
+// than 256 of 20). Each thread then holds the fewest registers that fit its slice.
 template <int W>
 void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_t stream) {
   const int sms = sm_count();
   const int parts = std::min(sms, ceil_div(4 * sms, rows));
-  const int floats = ceil_div(ceil_div(cols, parts), kSplitThreads);
+  const int chunk = ceil_div(cols, parts);
   const bool split_ok = cooperative_launch_supported() && !capturing(stream);
   if (split_ok) {
-    if (floats <= 8 && try_split<8, W>(x, y, rows, cols, parts, stream)) return;
-    if (floats <= 16 && try_split<16, W>(x, y, rows, cols, parts, stream)) return;
-    if (floats <= 32 && try_split<32, W>(x, y, rows, cols, parts, stream)) return;
+    if (parts == sms) {  // one block per SM and row
+      const int floats = ceil_div(chunk, 256);
+      if (floats <= 8 && try_split<256, 8, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 16 && try_split<256, 16, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 32 && try_split<256, 32, W>(x, y, rows, cols, parts, stream)) return;
+    } else {  // several blocks per SM
+      const int floats = ceil_div(chunk, 128);
+      if (floats <= 16 && try_split<128, 16, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 32 && try_split<128, 32, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 40 && try_split<128, 40, W>(x, y, rows, cols, parts, stream)) return;
+    }
     // Longer slices: as many blocks as fit, each with the most registers.
-    const int parts_needed = ceil_div(cols, kSplitThreads * kMaxSplitFloats);
-    if (try_split<kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed), stream))
+    const int parts_needed = ceil_div(cols, 256 * kMaxSplitFloats);
+    if (try_split<256, kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed),
+                                           stream))
       return;
   }
   launch_streamed_rows<W>(x, y, rows, cols, stream);
