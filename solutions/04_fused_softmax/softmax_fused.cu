@@ -233,6 +233,8 @@ __global__ void __launch_bounds__(kThreads)
 // softmax_row_streamed: a block per row, one pass for the statistics and a second one,
 // mostly from L2, for the output.
 
+constexpr int kSoloSplitThreads = 256;    // a split block alone on its SM
+constexpr int kSharedSplitThreads = 128;  // split blocks sharing an SM (several rows)
 constexpr int kMaxSplitFloats = 48;  // per thread: the largest slice is 256 x 48 = 12288 floats
 constexpr int kStreamThreads = 256;  // softmax_row_streamed's block
 constexpr int kUnroll = 4;           // packs each thread loads before using any, when streaming
@@ -639,20 +641,22 @@ void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_
   const bool split_ok = cooperative_launch_supported() && !capturing(stream);
   if (split_ok) {
     if (parts == sms) {  // one block per SM and row
-      const int floats = ceil_div(chunk, 256);
-      if (floats <= 8 && try_split<256, 8, W>(x, y, rows, cols, parts, stream)) return;
-      if (floats <= 16 && try_split<256, 16, W>(x, y, rows, cols, parts, stream)) return;
-      if (floats <= 32 && try_split<256, 32, W>(x, y, rows, cols, parts, stream)) return;
+      constexpr int T = kSoloSplitThreads;
+      const int floats = ceil_div(chunk, T);
+      if (floats <= 8 && try_split<T, 8, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 16 && try_split<T, 16, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 32 && try_split<T, 32, W>(x, y, rows, cols, parts, stream)) return;
     } else {  // several blocks per SM
-      const int floats = ceil_div(chunk, 128);
-      if (floats <= 16 && try_split<128, 16, W>(x, y, rows, cols, parts, stream)) return;
-      if (floats <= 32 && try_split<128, 32, W>(x, y, rows, cols, parts, stream)) return;
-      if (floats <= 40 && try_split<128, 40, W>(x, y, rows, cols, parts, stream)) return;
+      constexpr int T = kSharedSplitThreads;
+      const int floats = ceil_div(chunk, T);
+      if (floats <= 16 && try_split<T, 16, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 32 && try_split<T, 32, W>(x, y, rows, cols, parts, stream)) return;
+      if (floats <= 40 && try_split<T, 40, W>(x, y, rows, cols, parts, stream)) return;
     }
     // Longer slices: as many blocks as fit, each with the most registers.
-    const int parts_needed = ceil_div(cols, 256 * kMaxSplitFloats);
-    if (try_split<256, kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed),
-                                           stream))
+    constexpr int T = kSoloSplitThreads;
+    const int parts_needed = ceil_div(cols, T * kMaxSplitFloats);
+    if (try_split<T, kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed), stream))
       return;
   }
   launch_streamed_rows<W>(x, y, rows, cols, stream);
