@@ -1,0 +1,85 @@
+#pragma once
+// An output buffer with a guard band on each side.
+//
+// A kernel that writes past either end of its output is wrong even when every output it
+// was asked for is right: a grid rounded up without `if (i < n)`, a float4 store across
+// the last partial pack, a row index that runs past the last row. Without a guard such a
+// write is silent: it lands in the bytes cudaMalloc rounded the allocation up to, or in
+// whichever buffer happens to come next, and the test reads back correct outputs. Here the
+// elements the kernel owns sit between two bands filled with a pattern no kernel computes by
+// accident; overrun() reads the bands back and says what changed.
+//
+// The bands also make reads just past the end harmless (they read the pattern, not an
+// unmapped page), so a test that puts its inputs in a GuardedBuffer too gets a clean
+// "wrote past the end" message instead of a crash that depends on the allocator.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+
+namespace wb {
+
+// 16 KiB on each side: more than a rounded-up block of float4 stores (1024 threads x 16 B)
+// can reach, and a multiple of 256 B, so data() keeps cudaMalloc's alignment.
+inline constexpr std::size_t kGuardBytes = 16384;
+// 0xA5A5A5A5 as a float is -2.87e-16: not a value a kernel writes by accident (unlike 0,
+// 1, NaN or the 0xFF poison).
+inline constexpr unsigned char kGuardByte = 0xA5;
+
+// What a kernel did to the guard bands around `count` elements of `element_bytes` each,
+// called `name` ("y"): which side, how many elements changed, the first and last index
+// (relative to name[0]). Empty when both bands are intact.
+std::string describe_overrun(std::span<const unsigned char> before,
+                             std::span<const unsigned char> after, std::size_t element_bytes,
+                             std::size_t count, const std::string& name);
+
+template <typename T>
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(std::size_t count)
+      : count_(count), raw_(count * sizeof(T) + 2 * kGuardBytes) {
+    poison();
+    WB_CUDA(cudaDeviceSynchronize());
+  }
+  explicit GuardedBuffer(std::span<const T> host) : GuardedBuffer(host.size()) { upload(host); }
+
+  T* data() { return reinterpret_cast<T*>(raw_.data() + kGuardBytes); }
+  const T* data() const { return reinterpret_cast<const T*>(raw_.data() + kGuardBytes); }
+  std::size_t size() const { return count_; }
+  std::size_t bytes() const { return count_ * sizeof(T); }
+
+  void upload(std::span<const T> host) {
+    WB_CUDA(cudaMemcpy(data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    if (count_ > 0) WB_CUDA(cudaMemcpy(host.data(), data(), bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // The elements get the 0xFF poison (NaN: an element never written cannot pass a
+  // comparison), the bands their pattern again.
+  void poison(cudaStream_t stream = nullptr) {
+    WB_CUDA(cudaMemsetAsync(raw_.data(), kGuardByte, raw_.bytes(), stream));
+    if (count_ > 0) WB_CUDA(cudaMemsetAsync(data(), 0xFF, bytes(), stream));
+  }
+  // Call after the work is finished (it copies synchronously): empty when the kernel wrote
+  // nothing outside its elements, else the message for the test.
+  std::string overrun(const std::string& name) const {
+    std::vector<unsigned char> before(kGuardBytes), after(kGuardBytes);
+    WB_CUDA(cudaMemcpy(before.data(), raw_.data(), kGuardBytes, cudaMemcpyDeviceToHost));
+    WB_CUDA(cudaMemcpy(after.data(), raw_.data() + kGuardBytes + bytes(), kGuardBytes,
+                       cudaMemcpyDeviceToHost));
+    return describe_overrun(before, after, sizeof(T), count_, name);
+  }
+
+ private:
+  std::size_t count_;
+  DeviceBuffer<unsigned char> raw_;
+};
+
+}  // namespace wb
