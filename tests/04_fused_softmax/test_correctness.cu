@@ -14,7 +14,9 @@
 #include "softmax.cuh"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/guarded_buffer.hpp"
 #include "wb/not_implemented.hpp"
+#include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
@@ -30,13 +32,27 @@ struct Shape {
 };
 std::string shape_name(Shape s) { return std::to_string(s.rows) + "x" + std::to_string(s.cols); }
 
+// A store outside y (or the unfused intermediates) is wrong even when every output is right:
+// the buffers sit between guard bands, and this fails the test when a band changed.
+void check_no_overrun(const wb::GuardedBuffer<float>& buffer, const std::string& name,
+                      Impl impl, Shape s) {
+  const std::string overrun = buffer.overrun(name);
+  if (overrun.empty()) return;
+  FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed "
+             << wb::base_seed() << ": rule: write only your own elements. The kernel "
+             << overrun << ".\nhint: a grid rounded up has threads (or rows) past the end: "
+                           "guard every store with the row and column bounds. A thread "
+                           "past the end may take part in a reduction, but must not write.");
+}
+
 // Runs one softmax on the GPU and returns y. `offset` floats of padding go before x and y,
-// so offset 1 makes views that start 4 bytes past a 16-byte boundary.
+// so offset 1 makes views that start 4 bytes past a 16-byte boundary. Every buffer sits
+// between guard bands: a store past the end of y, row_max or row_sum fails the test.
 std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
                                std::size_t offset = 0) {
   const std::size_t count = x.size();
-  wb::DeviceBuffer<float> x_buf(count + offset), y_buf(count + offset);
-  wb::DeviceBuffer<float> row_max(s.rows), row_sum(s.rows);
+  wb::GuardedBuffer<float> x_buf(count + offset), y_buf(count + offset);
+  wb::GuardedBuffer<float> row_max(s.rows), row_sum(s.rows);
   cudaStream_t stream = nullptr;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct StreamGuard {
@@ -59,6 +75,11 @@ std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
   WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data() + offset, count * sizeof(float),
                           cudaMemcpyDeviceToHost, stream));
   WB_CUDA(cudaStreamSynchronize(stream));
+  check_no_overrun(y_buf, "y", impl, s);
+  if (impl == Impl::Unfused) {
+    check_no_overrun(row_max, "row_max", impl, s);
+    check_no_overrun(row_sum, "row_sum", impl, s);
+  }
   return y;
 }
 

@@ -14,7 +14,9 @@
 #include "reference.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/guarded_buffer.hpp"
 #include "wb/not_implemented.hpp"
+#include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
@@ -25,14 +27,27 @@ using ch05::reference::gelu_tanh;
 enum class Impl { Unfused, Fused };
 const char* name_of(Impl impl) { return impl == Impl::Fused ? "fused" : "unfused"; }
 
+// A store outside y (or the scratch buffer) is wrong even when every output is right: the
+// buffers sit between guard bands, and this fails the test when a band changed.
+void check_no_overrun(const wb::GuardedBuffer<float>& buffer, const std::string& name,
+                      Impl impl, std::size_t n) {
+  const std::string overrun = buffer.overrun(name);
+  if (overrun.empty()) return;
+  FAIL_CHECK("ch05 " << name_of(impl) << " GELU, n = " << n << ", seed " << wb::base_seed()
+             << ": rule: write only your own elements. The kernel " << overrun
+             << ".\nhint: a grid rounded up has threads past n: guard every store with "
+                "if (i < n). With float4 stores, only the n / 4 whole packs go four at a "
+                "time; the last n % 4 elements are stored one by one.");
+}
+
 // Runs one GELU on the GPU and returns y. x starts `x_offset` floats and y `y_offset` floats
 // past the start of their allocations: an offset of 1 makes a view that is not 16-byte
-// aligned.
+// aligned. Every buffer sits between guard bands: a store past the end fails the test.
 std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t x_offset = 0,
                             std::size_t y_offset = 0) {
   const std::size_t n = x.size();
-  wb::DeviceBuffer<float> x_buf(n + x_offset), y_buf(n + y_offset);
-  wb::DeviceBuffer<float> scratch(ch05::gelu_unfused_scratch_count(n));
+  wb::GuardedBuffer<float> x_buf(n + x_offset), y_buf(n + y_offset);
+  wb::GuardedBuffer<float> scratch(ch05::gelu_unfused_scratch_count(n));
   cudaStream_t stream = nullptr;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct StreamGuard {
@@ -54,6 +69,8 @@ std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t 
   WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data() + y_offset, n * sizeof(float),
                           cudaMemcpyDeviceToHost, stream));
   WB_CUDA(cudaStreamSynchronize(stream));
+  check_no_overrun(y_buf, "y", impl, n);
+  if (impl == Impl::Unfused) check_no_overrun(scratch, "scratch", impl, n);
   return y;
 }
 

@@ -6,6 +6,7 @@
 
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/guarded_buffer.hpp"
 #include "wb/random.hpp"
 
 namespace wb::model {
@@ -54,7 +55,9 @@ CompareSpec spec_for(int n, int d, const MatvecCheck& check) {
 
 CompareResult check_device_matvec(const DeviceMatvec& launch, int n, int d, const MatvecCheck& check) {
   const Inputs in = make_inputs(n, d, check);
-  DeviceBuffer<float> W{std::span<const float>(in.W)}, x{std::span<const float>(in.x)}, y{std::size_t(d)};
+  // Guard bands around y catch stores past its ends; around W and x they make reads a
+  // little past the end read the band instead of faulting (or not) by allocator luck.
+  GuardedBuffer<float> W{std::span<const float>(in.W)}, x{std::span<const float>(in.x)}, y{std::size_t(d)};
   cudaStream_t stream;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   y.poison(stream);
@@ -62,8 +65,19 @@ CompareResult check_device_matvec(const DeviceMatvec& launch, int n, int d, cons
   WB_CUDA(cudaGetLastError());
   WB_CUDA(cudaStreamSynchronize(stream));
   WB_CUDA(cudaStreamDestroy(stream));
+  const CompareSpec spec = spec_for(n, d, check);
+  if (const std::string overrun = y.overrun("y"); !overrun.empty()) {
+    CompareResult r;
+    r.message = "chapter " + check.chapter + ", " + spec.what +
+                ": rule: write only your own elements. The kernel " + overrun +
+                ".\nhint: the grid is rounded up, so the last block has rows (or threads) "
+                "past d: guard the store with if (row < d). If you keep those threads alive "
+                "for a warp shuffle or a __syncthreads, they may add zeros, but they must not "
+                "write.";
+    return r;
+  }
   const std::vector<float> got = y.download();
-  return compare(got, in.expected, spec_for(n, d, check));
+  return compare(got, in.expected, spec);
 }
 
 CompareResult check_host_matvec(const HostMatvec& matvec, int n, int d, const MatvecCheck& check) {

@@ -36,7 +36,8 @@ struct MatvecCheck {
 };
 
 // W and x uniform in [-1, 1] from seeds labelled with the chapter and shape (WB_SEED
-// reproduces them); y poisoned; `launch` on a stream of its own; compared with the
+// reproduces them); y poisoned and between guard bands (a store past either end fails with
+// "rule: write only your own elements"); `launch` on a stream of its own; compared with the
 // reference (shape shown as [row, 0]). d rows of n columns: "d x n".
 CompareResult check_device_matvec(const DeviceMatvec& launch, int n, int d, const MatvecCheck& check);
 CompareResult check_host_matvec(const HostMatvec& matvec, int n, int d, const MatvecCheck& check);
