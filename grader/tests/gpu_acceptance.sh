@@ -23,7 +23,7 @@
 #
 # Where a call is limited to 10 minutes, run the stages one per call, and the fixtures in
 # groups: 'fixtures:04-cheat-*', 'fixtures:04-fault-*', 'fixtures:04-mistake-*',
-# 'fixtures:0[05]-*', 'fixtures:all-*', 'fixtures:input-*'; the reference by chapters if
+# 'fixtures:0[01235]-*', 'fixtures:all-*', 'fixtures:input-*'; the reference by chapters if
 # needed (reference:00,04,05 then reference:01,02,03). roster and resume take about the same
 # time each (several minutes on one GPU; a machine with 2 GPUs halves it).
 #
