@@ -19,7 +19,9 @@
 // combines them into the row's max and sum, and writes its slice: one launch, one read, one
 // write. (Hopper's thread-block clusters could exchange the pairs through distributed shared
 // memory instead, but a cluster has at most 16 blocks: 16 SMs of 132 for a whole row, which
-// was slower at both 1x151936 and 16x151936 in the development runs on an H200.)
+// was slower at both 1x151936 and 16x151936 in the development runs on an H200. Nor do 16
+// rows fit a cluster each: an H200 holds 15 clusters of 8 SMs or 14 of 16 at once, per
+// cudaOccupancyMaxActiveClusters, and the rows left over wait for a second wave.)
 //
 // Each exponential is computed once. A thread keeps exp(x - m) against its own max m in
 // registers while it sums them, and after the exchange multiplies by exp(m - row_max) / sum:
