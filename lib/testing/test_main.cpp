@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,19 @@ std::mutex g_mutex;
 
 void note_failure(const std::string& text) {
   if (g_current && g_current->message.empty()) g_current->message = text;
+}
+
+// What the failing check's scope has said: the CHECK_MESSAGE text, INFO and CAPTURE lines,
+// innermost first (doctest hands them to reporters as "active contexts").
+std::string logged_context() {
+  const int count = doctest::IReporter::get_num_active_contexts();
+  const doctest::IContextScope* const* contexts = doctest::IReporter::get_active_contexts();
+  std::ostringstream text;
+  for (int i = count - 1; i >= 0; --i) {
+    if (i != count - 1) text << "\n";
+    contexts[i]->stringify(&text);
+  }
+  return text.str();
 }
 
 std::string first_hint(const std::string& message) {
@@ -90,11 +104,14 @@ struct WorkbookListener : doctest::IReporter {
   void log_assert(const doctest::AssertData& ad) override {
     if (!ad.m_failed) return;
     std::lock_guard lock(g_mutex);
-    std::string text = std::string(ad.m_expr) + " failed";
-    if (ad.m_decomp.size() > 0) text += " (values: " + std::string(ad.m_decomp.c_str()) + ")";
-    if (ad.m_threw) text += ": threw " + std::string(ad.m_exception.c_str());
-    text += " at " + std::string(ad.m_file) + ":" + std::to_string(ad.m_line);
-    note_failure(text);
+    std::string where = std::string(ad.m_expr) + " failed";
+    if (ad.m_decomp.size() > 0) where += " (values: " + std::string(ad.m_decomp.c_str()) + ")";
+    if (ad.m_threw) where += ": threw " + std::string(ad.m_exception.c_str());
+    where += " at " + std::string(ad.m_file) + ":" + std::to_string(ad.m_line);
+    // CHECK_MESSAGE's message (and any INFO or CAPTURE) is the lesson: it goes first, the
+    // expression after it.
+    const std::string said = logged_context();
+    note_failure(said.empty() ? where : said + "\n(" + where + ")");
   }
   void log_message(const doctest::MessageData& md) override {
     if (!(md.m_severity & (doctest::assertType::is_check | doctest::assertType::is_require))) return;
