@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstring>
+#include <sstream>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -54,6 +56,20 @@ std::string describe_overrun(std::span<const unsigned char> before,
                ")";
   }
   return message;
+}
+
+std::string describe_input_change(std::span<const float> before, std::span<const float> after,
+                                  const std::string& name) {
+  const std::size_t n = std::min(before.size(), after.size());
+  std::size_t changed = 0, first = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::memcmp(&before[i], &after[i], sizeof(float)) != 0 && changed++ == 0) first = i;
+  if (changed == 0) return "";
+  std::ostringstream text;
+  text << "changed " << changed << " of the " << n << " elements of its input " << name
+       << " (the first: " << at(name, static_cast<long long>(first)) << " was " << before[first]
+       << ", is now " << after[first] << ")";
+  return text.str();
 }
 
 }  // namespace wb

@@ -45,9 +45,24 @@ void check_no_overrun(const wb::GuardedBuffer<float>& buffer, const std::string&
                            "past the end may take part in a reduction, but must not write.");
 }
 
+// x is an input: the kernel may only read it (a softmax that leaves exp(x - max) in x can
+// still return the right y).
+void check_input_unchanged(const wb::GuardedBuffer<float>& x_buf, std::size_t offset,
+                           const std::vector<float>& x, Impl impl, Shape s) {
+  const std::vector<float> now = x_buf.download();
+  const std::string change =
+      wb::describe_input_change(x, std::span<const float>(now).subspan(offset), "x");
+  if (change.empty()) return;
+  FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed "
+             << wb::base_seed() << ": rule: inputs are read-only. The kernel " << change
+             << ".\nhint: x is a const float*: keep exp(x - max) in registers, or in y and the "
+                "intermediates, never in x; the caller may still need its logits.");
+}
+
 // Runs one softmax on the GPU and returns y. `offset` floats of padding go before x and y,
 // so offset 1 makes views that start 4 bytes past a 16-byte boundary. Every buffer sits
-// between guard bands: a store past the end of y, row_max or row_sum fails the test.
+// between guard bands: a store past the end of y, row_max or row_sum fails the test, and
+// so does a change to x.
 std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
                                std::size_t offset = 0) {
   const std::size_t count = x.size();
@@ -76,6 +91,7 @@ std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
                           cudaMemcpyDeviceToHost, stream));
   WB_CUDA(cudaStreamSynchronize(stream));
   check_no_overrun(y_buf, "y", impl, s);
+  check_input_unchanged(x_buf, offset, x, impl, s);
   if (impl == Impl::Unfused) {
     check_no_overrun(row_max, "row_max", impl, s);
     check_no_overrun(row_sum, "row_sum", impl, s);

@@ -40,9 +40,24 @@ void check_no_overrun(const wb::GuardedBuffer<float>& buffer, const std::string&
                 "time; the last n % 4 elements are stored one by one.");
 }
 
+// x is an input: the kernel may only read it (GELU computed in place still returns the
+// right y).
+void check_input_unchanged(const wb::GuardedBuffer<float>& x_buf, std::size_t x_offset,
+                           const std::vector<float>& x, Impl impl) {
+  const std::vector<float> now = x_buf.download();
+  const std::string change =
+      wb::describe_input_change(x, std::span<const float>(now).subspan(x_offset), "x");
+  if (change.empty()) return;
+  FAIL_CHECK("ch05 " << name_of(impl) << " GELU, n = " << x.size() << ", seed "
+             << wb::base_seed() << ": rule: inputs are read-only. The kernel " << change
+             << ".\nhint: x is a const float*: the unfused steps write their temporaries to "
+                "scratch and the last one to y, never to x.");
+}
+
 // Runs one GELU on the GPU and returns y. x starts `x_offset` floats and y `y_offset` floats
 // past the start of their allocations: an offset of 1 makes a view that is not 16-byte
-// aligned. Every buffer sits between guard bands: a store past the end fails the test.
+// aligned. Every buffer sits between guard bands: a store past the end fails the test, and
+// so does a change to x.
 std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t x_offset = 0,
                             std::size_t y_offset = 0) {
   const std::size_t n = x.size();
@@ -70,6 +85,7 @@ std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t 
                           cudaMemcpyDeviceToHost, stream));
   WB_CUDA(cudaStreamSynchronize(stream));
   check_no_overrun(y_buf, "y", impl, n);
+  check_input_unchanged(x_buf, x_offset, x, impl);
   if (impl == Impl::Unfused) check_no_overrun(scratch, "scratch", impl, n);
   return y;
 }

@@ -53,3 +53,14 @@ TEST_CASE("a write of the guard pattern's own bytes cannot be seen, any other va
   after[0] = 0xFF;  // the NaN poison is not the guard pattern
   CHECK_FALSE(wb::describe_overrun(band(4), after, sizeof(float), 1, "y").empty());
 }
+
+TEST_CASE("an input left alone reports nothing; a changed one names the first change") {
+  const std::vector<float> x = {1.0f, -2.0f, 3.5f, 0.0f};
+  CHECK(wb::describe_input_change(x, x, "x").empty());
+  std::vector<float> after = x;
+  after[2] = 0.25f;
+  after[3] = -0.0f;  // a different bit pattern counts, even when it compares equal
+  const std::string m = wb::describe_input_change(x, after, "x");
+  CHECK_MESSAGE(contains(m, "changed 2 of the 4 elements of its input x"), m);
+  CHECK_MESSAGE(contains(m, "the first: x[2] was 3.5, is now 0.25"), m);
+}

@@ -38,6 +38,12 @@ std::string describe_overrun(std::span<const unsigned char> before,
                              std::span<const unsigned char> after, std::size_t element_bytes,
                              std::size_t count, const std::string& name);
 
+// What a kernel did to an input it must only read: how many floats of `name` differ (bit for
+// bit) between `before` (what the test uploaded) and `after` (what is there now), and the
+// first one. Empty when nothing changed.
+std::string describe_input_change(std::span<const float> before, std::span<const float> after,
+                                  const std::string& name);
+
 template <typename T>
 class GuardedBuffer {
  public:

@@ -76,6 +76,16 @@ CompareResult check_device_matvec(const DeviceMatvec& launch, int n, int d, cons
                 "write.";
     return r;
   }
+  // W and x are inputs: the kernel may only read them.
+  for (const std::string& change : {describe_input_change(in.W, W.download(), "W"),
+                                    describe_input_change(in.x, x.download(), "x")}) {
+    if (change.empty()) continue;
+    CompareResult r;
+    r.message = "chapter " + check.chapter + ", " + spec.what +
+                ": rule: inputs are read-only. The kernel " + change +
+                ".\nhint: W and x are const float*: accumulate in registers and write only y.";
+    return r;
+  }
   const std::vector<float> got = y.download();
   return compare(got, in.expected, spec);
 }
