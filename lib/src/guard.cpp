@@ -1,8 +1,8 @@
 #include <algorithm>
-#include <cstring>
-#include <sstream>
 #include <cstddef>
+#include <cstring>
 #include <span>
+#include <sstream>
 #include <string>
 
 #include "wb/guarded_buffer.hpp"

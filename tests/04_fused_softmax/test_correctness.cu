@@ -49,9 +49,7 @@ void check_no_overrun(const wb::GuardedBuffer<float>& buffer, const std::string&
 // still return the right y).
 void check_input_unchanged(const wb::GuardedBuffer<float>& x_buf, std::size_t offset,
                            const std::vector<float>& x, Impl impl, Shape s) {
-  const std::vector<float> now = x_buf.download();
-  const std::string change =
-      wb::describe_input_change(x, std::span<const float>(now).subspan(offset), "x");
+  const std::string change = x_buf.input_change(x, "x", offset);
   if (change.empty()) return;
   FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed "
              << wb::base_seed() << ": rule: inputs are read-only. The kernel " << change

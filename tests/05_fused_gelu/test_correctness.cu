@@ -44,9 +44,7 @@ void check_no_overrun(const wb::GuardedBuffer<float>& buffer, const std::string&
 // right y).
 void check_input_unchanged(const wb::GuardedBuffer<float>& x_buf, std::size_t x_offset,
                            const std::vector<float>& x, Impl impl) {
-  const std::vector<float> now = x_buf.download();
-  const std::string change =
-      wb::describe_input_change(x, std::span<const float>(now).subspan(x_offset), "x");
+  const std::string change = x_buf.input_change(x, "x", x_offset);
   if (change.empty()) return;
   FAIL_CHECK("ch05 " << name_of(impl) << " GELU, n = " << x.size() << ", seed "
              << wb::base_seed() << ": rule: inputs are read-only. The kernel " << change

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "wb/buffer.hpp"
@@ -81,6 +82,14 @@ class GuardedBuffer {
     WB_CUDA(cudaMemcpy(after.data(), raw_.data() + kGuardBytes + bytes(), kGuardBytes,
                        cudaMemcpyDeviceToHost));
     return describe_overrun(before, after, sizeof(T), count_, name);
+  }
+  // For an input: empty when the elements from `offset` on are still, bit for bit, the
+  // `uploaded` ones, else the message for the test (see describe_input_change).
+  std::string input_change(std::span<const float> uploaded, const std::string& name,
+                           std::size_t offset = 0) const {
+    static_assert(std::is_same_v<T, float>, "input_change compares floats");
+    const std::vector<float> now = download();
+    return describe_input_change(uploaded, std::span<const float>(now).subspan(offset), name);
   }
 
  private:
