@@ -9,7 +9,9 @@
 //   cols <= 16384, many     one block (64 to 512 threads)       registers
 //   rows
 //   long rows, few of them  up to one block per SM, each with   registers
-//                           a slice of the row
+//                           a slice of the row (launches of
+//                           as many rows as fit, below a row
+//                           per SM)
 //   long rows, many         one block                           streamed twice (L2)
 //
 // The long-row case is what an LLM's last layer needs: 1 or 16 rows of 151936 logits would
@@ -287,28 +289,43 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum t) {
   return t;
 }
 
-// Thread 0 gets the combination of every thread's partial, through `per_warp` (shared, one
-// entry per warp); the other threads get partial results.
+// A block's combination of every thread's partial, in two steps. First each warp combines its
+// 32 partials with shuffles and puts the result in per_warp[warp] (shared, one entry per
+// warp); a barrier. Then each warp that needs the block's result reads all the entries, lane
+// l taking entry l % kWarps, and reduces them across its lanes: the max first, then the sums
+// rescaled to it (one exp per lane, not one per entry in a chain). Nothing writes per_warp
+// again, so no second barrier is needed.
+//
+// The usual second step, warp 0 reducing the entries and a barrier to hand its result to the
+// block, sits on the critical path twice per long-row block (its slice's partial, then its
+// row's). Without it, 16x151936 went from 10.1 to 9.7 us and 64x32000 from 9.8 to 9.4
+// (development runs on an H200).
 template <int kThreads>
-__device__ __forceinline__ MaxSum combine_into_thread0(MaxSum t, MaxSum* per_warp) {
+__device__ __forceinline__ void warp_partials_to_shared(MaxSum t, MaxSum* per_warp) {
   t = warp_combine(t);
   if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = t;
   __syncthreads();
-  if (threadIdx.x < 32)
-    t = warp_combine(threadIdx.x < kThreads / 32 ? per_warp[threadIdx.x]
-                                                  : MaxSum{-INFINITY, 0.0f});
-  return t;
+}
+
+// Call with every lane of the warp. xor-shuffles with offsets below kWarps stay inside aligned
+// groups of kWarps lanes, and each group holds every entry once.
+template <int kThreads>
+__device__ __forceinline__ MaxSum fold_warp_partials(const MaxSum* per_warp) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kWarps >= 1 && kWarps <= 32 && (kWarps & (kWarps - 1)) == 0,
+                "a power-of-two number of warps");
+  const MaxSum entry = per_warp[threadIdx.x % kWarps];
+  const float m = group_max<kWarps>(entry.max);
+  const float s = m == -INFINITY ? 0.0f : entry.sum * __expf(entry.max - m);
+  return {m, group_sum<kWarps>(s)};
 }
 
 // Every thread of the block gets the combination of every thread's partial.
 template <int kThreads>
 __device__ __forceinline__ MaxSum block_combine(MaxSum t) {
   __shared__ MaxSum per_warp[kThreads / 32];
-  __shared__ MaxSum result;
-  t = combine_into_thread0<kThreads>(t, per_warp);
-  if (threadIdx.x == 0) result = t;
-  __syncthreads();
-  return result;
+  warp_partials_to_shared<kThreads>(t, per_warp);
+  return fold_warp_partials<kThreads>(per_warp);
 }
 
 // RowExchange: how the blocks of one row meet, without a second kernel.
@@ -371,32 +388,10 @@ __device__ __forceinline__ MaxSum gather_row(const Slot* row_slots, int parts, u
   return block_combine<kThreads>(t);
 }
 
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Several blocks per SM: the block scheduler hands blocks out breadth-first, so the launch's
-// first sm_count blocks land one on each SM, the next sm_count a second one, and so on, in
-// waves (correctness does not depend on it; only the timing does). Wave w waits w * wave_delay_ns before
-// loading, about the time the DRAM needs to deliver one wave's slices. The rows of the first
-// wave then have their data first and exchange and store while the later waves still load,
-// rather than every row of the launch reaching its exchange at the same moment. Measured on
-// an H200 (development runs): 0.2 us off 16x151936 (4 waves) and 0.3 us off 64x32000.
-__device__ __forceinline__ void wait_for_wave(int sms, unsigned wave_delay_ns) {
-  if (wave_delay_ns == 0) return;
-  const unsigned long long until =
-      globaltimer_ns() + static_cast<unsigned long long>(blockIdx.x / sms) * wave_delay_ns;
-  while (globaltimer_ns() < until) {
-  }
-}
-
 template <int kThreads, int kFloats, int W>
 __global__ void __launch_bounds__(kThreads)
     softmax_split_row(const float* __restrict__ x, float* __restrict__ y, int cols, int chunk,
-                      int parts, Slot* __restrict__ slots, unsigned epoch, int sms,
-                      unsigned wave_delay_ns) {
+                      int parts, Slot* __restrict__ slots, unsigned epoch) {
   constexpr int kPacks = kFloats / W;
   constexpr int kStride = kThreads * W;  // floats between one thread's packs
   const int row = blockIdx.x / parts, part = blockIdx.x % parts;
@@ -404,8 +399,6 @@ __global__ void __launch_bounds__(kThreads)
   const int n = max(0, min(cols, begin + chunk) - begin);  // this slice's floats
   const float* x_slice = x + static_cast<size_t>(row) * cols + begin;
   float* y_slice = y + static_cast<size_t>(row) * cols + begin;
-
-  wait_for_wave(sms, wave_delay_ns);
 
   // This thread's packs, all loads in flight at once, and their max m.
   Pack<W> v[kPacks];
@@ -430,12 +423,15 @@ __global__ void __launch_bounds__(kThreads)
     s += pack_sum<W>(v[k]);
   }
 
-  // The slice's partial, published by thread 0 as soon as it has it (no other thread needs
-  // it); then the row's, from every slice's.
+  // The slice's partial, folded and published by thread 0 alone (no other thread needs it);
+  // then the row's, from every slice's.
   __shared__ MaxSum slice_per_warp[kThreads / 32];
-  const MaxSum slice = combine_into_thread0<kThreads>({m, s}, slice_per_warp);
+  warp_partials_to_shared<kThreads>({m, s}, slice_per_warp);
   Slot* row_slots = slots + static_cast<size_t>(row) * parts;
-  if (threadIdx.x == 0) publish(row_slots[part], slice, epoch);
+  if (threadIdx.x < 32) {
+    const MaxSum slice = fold_warp_partials<kThreads>(slice_per_warp);
+    if (threadIdx.x == 0) publish(row_slots[part], slice, epoch);
+  }
   const MaxSum row_stats = gather_row<kThreads>(row_slots, parts, epoch);
 
   // y = exp(x - m) * exp(m - row_max) / row_sum. A thread without a finite entry gets
@@ -657,22 +653,6 @@ void launch_streamed_rows(const float* x, float* y, int rows, int cols, cudaStre
   WB_CHECK_LAUNCH("softmax_row_streamed");
 }
 
-// About how long the device memory takes to deliver one wave of slices (see wait_for_wave):
-// the wave's bytes over the peak bandwidth, from the memory clock and bus width (two
-// transfers per clock). 0 when the launch is a single wave, or the device does not say.
-unsigned wave_delay_ns(int blocks, int chunk) {
-  static const double bytes_per_ns = [] {
-    int device = 0, clock_khz = 0, bus_bits = 0;
-    WB_CUDA(cudaGetDevice(&device));
-    WB_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
-    WB_CUDA(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
-  }();
-  const int sms = sm_count();
-  if (blocks <= sms || bytes_per_ns <= 0) return 0;
-  return static_cast<unsigned>(double(sms) * chunk * sizeof(float) / bytes_per_ns);
-}
-
 // Launches softmax_split_row<kThreads, kFloats, W> with `parts` blocks per row, or returns
 // false when they cannot all be resident at once.
 template <int kThreads, int kFloats, int W>
@@ -696,11 +676,22 @@ bool try_split(const float* x, float* y, int rows, int cols, int parts, cudaStre
   config.attrs = &cooperative;
   config.numAttrs = 1;
   WB_CUDA(cudaLaunchKernelEx(&config, softmax_split_row<kThreads, kFloats, W>, x, y, cols, chunk,
-                             parts, region->slots, region->epoch, sm_count(),
-                             wave_delay_ns(blocks, chunk)));
+                             parts, region->slots, region->epoch));
   region_table().done(region, stream);
   WB_CHECK_LAUNCH("softmax_split_row");
   return true;
+}
+
+// How many rows of `cols` columns one launch of the split kernel holds (0: not even one): the
+// blocks of four per SM with 128 threads of 40 floats, over the blocks one row needs.
+// Measured on an H200 (development runs), against the streamed kernel's block per row:
+// 32x151936 took 18.6 us in launches of 17 and 15 rows, 66.5 us streamed; 132x151936 77
+// and 94 us. From about 2 rows per SM the streamed kernel wins (264x151936: 158 batched,
+// 135 streamed; 256x32768: 34 and 27), hence batches only below one row per SM.
+template <int W>
+int split_rows_per_launch(int cols) {
+  constexpr int T = kSharedSplitThreads, kFloats = 40;
+  return resident_split_blocks<T, kFloats, W>() / ceil_div(cols, T * kFloats);
 }
 
 // Few long rows. Blocks per row: about 4 blocks per SM over all the rows, and at most one
@@ -735,6 +726,16 @@ void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_
     const int parts_needed = ceil_div(cols, T * kMaxSplitFloats);
     if (try_split<T, kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed), stream))
       return;
+    // More long rows than one launch can hold, but fewer than SMs: the streamed kernel's
+    // block per row would leave SMs idle, so take the rows a batch at a time instead.
+    const int batch = split_rows_per_launch<W>(cols);
+    if (rows < sms && batch >= 1 && batch < rows) {
+      for (int first = 0; first < rows; first += batch) {
+        const size_t offset = static_cast<size_t>(first) * cols;
+        launch_split_rows<W>(x + offset, y + offset, std::min(batch, rows - first), cols, stream);
+      }
+      return;
+    }
   }
   launch_streamed_rows<W>(x, y, rows, cols, stream);
 }
