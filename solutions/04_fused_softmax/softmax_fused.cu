@@ -682,16 +682,15 @@ bool try_split(const float* x, float* y, int rows, int cols, int parts, cudaStre
   return true;
 }
 
-// How many rows of `cols` columns one launch of the split kernel holds (0: not even one): the
-// blocks of four per SM with 128 threads of 40 floats, over the blocks one row needs.
+// How many rows of `cols` columns one launch of the split kernel takes when there are too
+// many for one (0: not even one): the rows that still get slices of at most 128 threads x 40
+// floats at the four blocks per SM that launch_split_rows aims for.
 // Measured on an H200 (development runs), against the streamed kernel's block per row:
 // 32x151936 took 18.6 us in launches of 17 and 15 rows, 66.5 us streamed; 132x151936 77
 // and 94 us. From about 2 rows per SM the streamed kernel wins (264x151936: 158 batched,
-// 135 streamed; 256x32768: 34 and 27), hence batches only below one row per SM.
-template <int W>
-int split_rows_per_launch(int cols) {
-  constexpr int T = kSharedSplitThreads, kFloats = 40;
-  return resident_split_blocks<T, kFloats, W>() / ceil_div(cols, T * kFloats);
+// 135 streamed; 256x32768: 34 and 27), hence batches only up to one row per SM.
+int split_rows_per_launch(int cols, int sms) {
+  return 4 * sms / ceil_div(cols, kSharedSplitThreads * 40);
 }
 
 // Few long rows. Blocks per row: about 4 blocks per SM over all the rows, and at most one
@@ -726,10 +725,10 @@ void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_
     const int parts_needed = ceil_div(cols, T * kMaxSplitFloats);
     if (try_split<T, kMaxSplitFloats, W>(x, y, rows, cols, std::max(parts, parts_needed), stream))
       return;
-    // More long rows than one launch can hold, but fewer than SMs: the streamed kernel's
+    // More long rows than one launch can hold, but no more than SMs: the streamed kernel's
     // block per row would leave SMs idle, so take the rows a batch at a time instead.
-    const int batch = split_rows_per_launch<W>(cols);
-    if (rows < sms && batch >= 1 && batch < rows) {
+    const int batch = split_rows_per_launch(cols, sms);
+    if (rows <= sms && batch >= 1 && batch < rows) {
       for (int first = 0; first < rows; first += batch) {
         const size_t offset = static_cast<size_t>(first) * cols;
         launch_split_rows<W>(x + offset, y + offset, std::min(batch, rows - first), cols, stream);
