@@ -238,6 +238,8 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kSoloSplitThreads = 256;    // a split block alone on its SM
 constexpr int kSharedSplitThreads = 128;  // split blocks sharing an SM (several rows)
+constexpr int kSharedSplitFloats = 40;    // per thread, at most, in those blocks
+constexpr int kSplitBlocksPerSM = 4;      // what launch_split_rows aims for over all the rows
 constexpr int kMaxSplitFloats = 48;  // per thread: the largest slice is 256 x 48 = 12288 floats
 constexpr int kStreamThreads = 256;  // softmax_row_streamed's block
 constexpr int kUnroll = 4;           // packs each thread loads before using any, when streaming
@@ -298,9 +300,8 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum t) {
 //
 // The usual second step, warp 0 reducing the entries and a barrier to hand its result to the
 // block, sits on the critical path twice per long-row block (its slice's partial, then its
-// row's). Without it, 16x151936 went from 10.1 to 9.7 us and 64x32000 from 9.8 to 9.4
-// (development runs on an H200).
-template <int kThreads>
+// row's). Without it, 16x151936 went from 10.0-10.3 to 9.5-9.8 us and 64x32000 from 9.7-9.9
+// to 9.0-9.3 (development runs on an H200, before and after in the same run).
 __device__ __forceinline__ void warp_partials_to_shared(MaxSum t, MaxSum* per_warp) {
   t = warp_combine(t);
   if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = t;
@@ -324,7 +325,7 @@ __device__ __forceinline__ MaxSum fold_warp_partials(const MaxSum* per_warp) {
 template <int kThreads>
 __device__ __forceinline__ MaxSum block_combine(MaxSum t) {
   __shared__ MaxSum per_warp[kThreads / 32];
-  warp_partials_to_shared<kThreads>(t, per_warp);
+  warp_partials_to_shared(t, per_warp);
   return fold_warp_partials<kThreads>(per_warp);
 }
 
@@ -426,7 +427,7 @@ __global__ void __launch_bounds__(kThreads)
   // The slice's partial, folded and published by thread 0 alone (no other thread needs it);
   // then the row's, from every slice's.
   __shared__ MaxSum slice_per_warp[kThreads / 32];
-  warp_partials_to_shared<kThreads>({m, s}, slice_per_warp);
+  warp_partials_to_shared({m, s}, slice_per_warp);
   Slot* row_slots = slots + static_cast<size_t>(row) * parts;
   if (threadIdx.x < 32) {
     const MaxSum slice = fold_warp_partials<kThreads>(slice_per_warp);
@@ -683,14 +684,14 @@ bool try_split(const float* x, float* y, int rows, int cols, int parts, cudaStre
 }
 
 // How many rows of `cols` columns one launch of the split kernel takes when there are too
-// many for one (0: not even one): the rows that still get slices of at most 128 threads x 40
-// floats at the four blocks per SM that launch_split_rows aims for.
+// many for one (0: not even one): the rows that still get slices of at most
+// kSharedSplitThreads x kSharedSplitFloats at kSplitBlocksPerSM blocks per SM.
 // Measured on an H200 (development runs), against the streamed kernel's block per row:
-// 32x151936 took 18.6 us in launches of 17 and 15 rows, 66.5 us streamed; 132x151936 77
-// and 94 us. From about 2 rows per SM the streamed kernel wins (264x151936: 158 batched,
+// 32x151936 took 18.6-18.8 us in launches of 17 and 15 rows, 65-67 us streamed; 132x151936
+// 77-80 and 94 us. From about 2 rows per SM the streamed kernel wins (264x151936: 158 batched,
 // 135 streamed; 256x32768: 34 and 27), hence batches only up to one row per SM.
 int split_rows_per_launch(int cols, int sms) {
-  return 4 * sms / ceil_div(cols, kSharedSplitThreads * 40);
+  return kSplitBlocksPerSM * sms / ceil_div(cols, kSharedSplitThreads * kSharedSplitFloats);
 }
 
 // Few long rows. Blocks per row: about 4 blocks per SM over all the rows, and at most one
@@ -703,7 +704,7 @@ int split_rows_per_launch(int cols, int sms) {
 template <int W>
 void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_t stream) {
   const int sms = sm_count();
-  const int parts = std::min(sms, ceil_div(4 * sms, rows));
+  const int parts = std::min(sms, ceil_div(kSplitBlocksPerSM * sms, rows));
   const int chunk = ceil_div(cols, parts);
   const bool split_ok = cooperative_launch_supported() && !capturing(stream);
   if (split_ok) {
@@ -718,7 +719,8 @@ void launch_split_rows(const float* x, float* y, int rows, int cols, cudaStream_
       const int floats = ceil_div(chunk, T);
       if (floats <= 16 && try_split<T, 16, W>(x, y, rows, cols, parts, stream)) return;
       if (floats <= 32 && try_split<T, 32, W>(x, y, rows, cols, parts, stream)) return;
-      if (floats <= 40 && try_split<T, 40, W>(x, y, rows, cols, parts, stream)) return;
+      constexpr int kMost = kSharedSplitFloats;
+      if (floats <= kMost && try_split<T, kMost, W>(x, y, rows, cols, parts, stream)) return;
     }
     // Longer slices: as many blocks as fit, each with the most registers.
     constexpr int T = kSoloSplitThreads;
