@@ -7,10 +7,12 @@
 #   - one test executable per entry in "tests":  test_<NN>_<kind>_<build>
 #     registered with CTest as  <NN>.<kind>.<build>  with labels
 #     ch<NN>;<gpu|cpu>;<kind>;<build>  and SKIP_RETURN_CODE 77.
-# Each entry of "fixtures" (known-wrong versions of an editable file, kept under tests/) is
-# built against one test and registered as  <NN>.fixture.<name>: it passes when the test
-# binary's output matches the fixture's "expect" regular expression, i.e. when the tests
-# catch that mistake and name the rule it broke.
+# Each entry of "wrong" (known-wrong versions of an editable file, kept under
+# tests/<slug>/wrong/) is built against one test and registered as  <NN>.wrong.<name>: it
+# passes when the test binary's output matches its "expect" regular expression, i.e. when
+# the tests catch that mistake and name the rule it broke. Each entry of "variants" (other
+# correct designs, tests/<slug>/variants/) runs every test as <NN>.variant.<name>.<kind>
+# and must pass.
 
 set(WB_STUDENT_ROOT "${PROJECT_SOURCE_DIR}/chapters" CACHE PATH
     "Where the student's chapter files are read from (the grader points this at a submission)")
@@ -32,7 +34,7 @@ function(_wb_json_list out json)
 endfunction()
 
 # A test source depends only on the chapter's API header, so it is compiled once (an object
-# library) and linked against each build: solution, student, and every fixture.
+# library) and linked against each build: solution, student, every wrong version and every variant.
 function(_wb_test_objects obj source slug dir)
   if(NOT TARGET ${obj})
     add_library(${obj} OBJECT ${source})
@@ -46,6 +48,84 @@ function(_wb_add_test_binary target obj chapter_lib)
   add_executable(${target} $<TARGET_OBJECTS:${obj}>)
   target_link_libraries(${target} PRIVATE ${chapter_lib} wb::test_main)
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+endfunction()
+
+# The solution with some editable files swapped for other versions kept under tests/<slug>/:
+#   "wrong":    [{"name", "replaces": {file: path}, "test": file, "expect": regex}]
+#               CTest <NN>.wrong.<name> passes when the test's output matches "expect" (the
+#               tests caught the mistake and named the rule it broke);
+#   "variants": [{"name", "replaces": {file: path}}]
+#               CTest <NN>.variant.<name>.<kind> runs every test of the chapter; a correct
+#               design other than the reference's must pass them all.
+function(_wb_add_swapped_builds key j id slug dir editable support)
+  string(JSON entries ERROR_VARIABLE missing GET "${j}" ${key})
+  if(missing)
+    return()
+  endif()
+  string(JSON n LENGTH "${entries}")
+  if(n EQUAL 0)
+    return()
+  endif()
+  string(JSON tests_json GET "${j}" tests)
+  string(JSON ntests LENGTH "${tests_json}")
+  math(EXPR last_test "${ntests} - 1")
+  math(EXPR last "${n} - 1")
+  foreach(i RANGE ${last})
+    string(JSON fx GET "${entries}" ${i})
+    string(JSON name GET "${fx}" name)
+    string(JSON replaces GET "${fx}" replaces)
+    set(sources "")
+    foreach(f IN LISTS editable)
+      string(JSON swapped ERROR_VARIABLE not_swapped GET "${replaces}" "${f}")
+      if(not_swapped)
+        list(APPEND sources "${PROJECT_SOURCE_DIR}/solutions/${slug}/${f}")
+      else()
+        list(APPEND sources "${PROJECT_SOURCE_DIR}/${dir}/${swapped}")
+      endif()
+    endforeach()
+    if(key STREQUAL "wrong")
+      set(kindname wrong)
+    else()
+      set(kindname variant)
+    endif()
+    set(lib ch${id}_${kindname}_${name})
+    add_library(${lib} STATIC ${sources} ${support})
+    target_include_directories(${lib} PUBLIC "${PROJECT_SOURCE_DIR}/chapters/${slug}"
+                                             "${PROJECT_SOURCE_DIR}/${dir}")
+    target_link_libraries(${lib} PUBLIC wb::lib)
+    target_compile_definitions(${lib} PUBLIC WB_BUILD_NAME="${kindname}" WB_CHAPTER_ID="${id}")
+    if(key STREQUAL "wrong")
+      string(JSON test_file GET "${fx}" test)
+      string(JSON expect GET "${fx}" expect)
+      set(target test_${id}_wrong_${name})
+      string(MAKE_C_IDENTIFIER "ch${id}_obj_${test_file}" obj)
+      _wb_test_objects(${obj} "${PROJECT_SOURCE_DIR}/${dir}/${test_file}" ${slug} ${dir})
+      _wb_add_test_binary(${target} ${obj} ${lib})
+      add_test(NAME ${id}.wrong.${name} COMMAND ${target})
+      set_tests_properties(${id}.wrong.${name} PROPERTIES
+        LABELS "ch${id};gpu;wrong;solution"
+        PASS_REGULAR_EXPRESSION "${expect}"
+        SKIP_REGULAR_EXPRESSION "skipped: no CUDA device"
+        TIMEOUT 600
+        RESOURCE_LOCK gpu)
+    else()
+      foreach(t_i RANGE ${last_test})
+        string(JSON t GET "${tests_json}" ${t_i})
+        string(JSON file GET "${t}" file)
+        string(JSON kind GET "${t}" kind)
+        set(target test_${id}_variant_${name}_${kind})
+        string(MAKE_C_IDENTIFIER "ch${id}_obj_${file}" obj)
+        _wb_test_objects(${obj} "${PROJECT_SOURCE_DIR}/${dir}/${file}" ${slug} ${dir})
+        _wb_add_test_binary(${target} ${obj} ${lib})
+        add_test(NAME ${id}.variant.${name}.${kind} COMMAND ${target})
+        set_tests_properties(${id}.variant.${name}.${kind} PROPERTIES
+          LABELS "ch${id};gpu;variant;${kind};solution"
+          SKIP_RETURN_CODE 77
+          TIMEOUT 600
+          RESOURCE_LOCK gpu)
+      endforeach()
+    endif()
+  endforeach()
 endfunction()
 
 function(wb_add_chapter dir)
@@ -132,50 +212,13 @@ function(wb_add_chapter dir)
     endforeach()
   endif()
 
-  # Known-wrong versions: each must be caught, with the rule it broke named.
-  string(JSON fixtures_json ERROR_VARIABLE no_fixtures GET "${j}" fixtures)
-  if(no_fixtures OR NOT "solution" IN_LIST WB_BUILDS)
+  # Known-wrong versions ("wrong"): each must be caught, with the rule it broke named.
+  # Must-pass variants ("variants"): other correct designs; every test must pass them.
+  if(NOT "solution" IN_LIST WB_BUILDS)
     return()
   endif()
-  string(JSON nfix LENGTH "${fixtures_json}")
-  if(nfix EQUAL 0)
-    return()
-  endif()
-  math(EXPR last_fix "${nfix} - 1")
-  foreach(i RANGE ${last_fix})
-    string(JSON fx GET "${fixtures_json}" ${i})
-    string(JSON name GET "${fx}" name)
-    string(JSON test_file GET "${fx}" test)
-    string(JSON expect GET "${fx}" expect)
-    string(JSON replaces GET "${fx}" replaces)
-    # Sources: the solution's editable files, with the fixture swapped in for one of them.
-    set(sources "")
-    foreach(f IN LISTS editable)
-      string(JSON swapped ERROR_VARIABLE not_swapped GET "${replaces}" "${f}")
-      if(not_swapped)
-        list(APPEND sources "${PROJECT_SOURCE_DIR}/solutions/${slug}/${f}")
-      else()
-        list(APPEND sources "${PROJECT_SOURCE_DIR}/${dir}/${swapped}")
-      endif()
-    endforeach()
-    set(lib ch${id}_fixture_${name})
-    add_library(${lib} STATIC ${sources} ${support})
-    target_include_directories(${lib} PUBLIC "${PROJECT_SOURCE_DIR}/chapters/${slug}"
-                                             "${PROJECT_SOURCE_DIR}/${dir}")
-    target_link_libraries(${lib} PUBLIC wb::lib)
-    target_compile_definitions(${lib} PUBLIC WB_BUILD_NAME="fixture" WB_CHAPTER_ID="${id}")
-    set(target test_${id}_fixture_${name})
-    string(MAKE_C_IDENTIFIER "ch${id}_obj_${test_file}" obj)
-    _wb_test_objects(${obj} "${PROJECT_SOURCE_DIR}/${dir}/${test_file}" ${slug} ${dir})
-    _wb_add_test_binary(${target} ${obj} ${lib})
-    add_test(NAME ${id}.fixture.${name} COMMAND ${target})
-    set_tests_properties(${id}.fixture.${name} PROPERTIES
-      LABELS "ch${id};gpu;fixture;solution"
-      PASS_REGULAR_EXPRESSION "${expect}"
-      SKIP_REGULAR_EXPRESSION "skipped: no CUDA device"
-      TIMEOUT 600
-      RESOURCE_LOCK gpu)
-  endforeach()
+  _wb_add_swapped_builds(wrong "${j}" ${id} ${slug} ${dir} "${editable}" "${support}")
+  _wb_add_swapped_builds(variants "${j}" ${id} ${slug} ${dir} "${editable}" "${support}")
 endfunction()
 
 # wb_add_host_test(name source... [LIBS lib...] [LABELS label...]): a doctest binary of

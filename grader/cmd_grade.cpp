@@ -183,7 +183,7 @@ int run_grade(const Common& c, const std::string& submission, const std::string&
   if (status == "invalid") code = 2;
   if (status == "error") code = 3;
   if (!expect.empty()) {
-    // A fixture file (grader/fixtures/*/expected.json) keeps its expectations under "expect".
+    // A fixture file (grader/acceptance/*/expected.json) keeps its expectations under "expect".
     json expected = grader::read_json_file(expect, "expectations");
     if (expected.contains("expect")) expected = json(expected["expect"]);
     std::vector<std::string> skipped;
@@ -211,7 +211,7 @@ void register_grade(CLI::App& app) {
     cmd->add_option("SUBMISSION", a->submission, "A student's copy of the workbook, or just their chapters")->required();
     add_common(cmd, a->common);
     cmd->add_option("--student", a->student, "Name in the reports (default: the submission's name)");
-    cmd->add_option("--expect", a->expect, "Check the report against expectations (grader/fixtures/*/expected.json); exit 1 when not met");
+    cmd->add_option("--expect", a->expect, "Check the report against expectations (grader/acceptance/*/expected.json); exit 1 when not met");
     cmd->callback([a] {
       try {
         set_exit_code(run_grade(a->common, a->submission, a->student, a->expect));

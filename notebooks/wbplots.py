@@ -607,7 +607,7 @@ def stamp(fig, files, measured: str, baseline: str, gpu: str | None = None, sour
     width, height = fig.get_size_inches()
     fig.text(box.x0 / width, (box.y0 - 0.12) / height, "\n".join(wrapped),
              ha="left", va="top", fontsize=8, color="#333333")
-    if any(f.synthetic for f in files) or any(SYNTHETIC_MARK.lower() in str(p).lower() or "fixtures" in str(p)
+    if any(f.synthetic for f in files) or any(SYNTHETIC_MARK.lower() in str(p).lower() or "sample-results" in str(p)
                                               for p in sources):
         fig.text(0.5, 0.5, "SYNTHETIC TEST DATA\nnot a measurement", ha="center", va="center",
                  fontsize=30, color="red", alpha=0.18, rotation=20, transform=fig.transFigure)

@@ -66,7 +66,7 @@ std::vector<std::string> visible_gpus();
 // A per-student seed from the run's base seed: stable across reruns, different per student.
 std::uint64_t student_seed(std::uint64_t base, const std::string& student);
 
-// Fixture expectations (grader/fixtures/*/expected.json) against a report. Returns the
+// Fixture expectations (grader/acceptance/*/expected.json) against a report. Returns the
 // mismatches (empty: as expected); `skipped` gets what could not be checked here (needs a GPU).
 std::vector<std::string> check_expectations(const nlohmann::json& report, const nlohmann::json& expected,
                                             std::vector<std::string>& skipped);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the submission a grader fixture describes (grader/fixtures/<name>/expected.json).
+"""Builds the submission a grader fixture describes (grader/acceptance/<name>/expected.json).
 
     compose_fixture.py FIXTURE_DIR REPO_ROOT OUT_BASE
 

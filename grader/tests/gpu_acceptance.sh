@@ -10,7 +10,7 @@
 #   host            the grader's host tests (no GPU needed)
 #   reference[:C]   grade solutions/ (chapters C, e.g. reference:04,05): full marks expected
 #   starters        grade chapters/ (the starters): every chapter "to do", 0 points, no crash
-#   fixtures[:GLOB] grade every known-wrong submission in grader/fixtures (or those matching
+#   fixtures[:GLOB] grade every known-wrong submission in grader/acceptance (or those matching
 #                   GLOB, e.g. 'fixtures:04-cheat-*'): each wrong, for the right reason
 #   roster          grade-all over a roster of 12 submissions (good, partial, broken,
 #                   hostile, invalid), uninterrupted: the baseline gradebook
@@ -126,7 +126,7 @@ stage_starters() {
 stage_fixtures() {
   need_build
   local glob=${1:-*} names=()
-  for d in "$repo"/grader/fixtures/$glob/; do [ -d "$d" ] && names+=("$(basename "$d")"); done
+  for d in "$repo"/grader/acceptance/$glob/; do [ -d "$d" ] && names+=("$(basename "$d")"); done
   local t0=$SECONDS
   "$repo/grader/tests/run_fixtures.sh" "$WB" "$S/fixtures" "${names[@]}" | tee "$S/fixtures-${glob//\*/all}.txt"
   local rc=${PIPESTATUS[0]}
@@ -146,7 +146,7 @@ make_roster() {
   mkdir -p "$r" "$S/roster-src"
   compose() {  # fixture student
     local sub
-    sub=$(python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/fixtures/$1" "$repo" "$S/roster-src/$2" | head -1)
+    sub=$(python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/acceptance/$1" "$repo" "$S/roster-src/$2" | head -1)
     case "$sub" in
       *.tar.gz) mv "$sub" "$r/$2.tar.gz" ;;
       *.zip) mv "$sub" "$r/$2.zip" ;;
@@ -159,7 +159,7 @@ make_roster() {
   cp -r "$repo/chapters" "$r/carol"                        # nothing done: the starters
   mkdir -p "$S/roster-src/dave/chapters"                   # partial: 05 done, 04 half done
   cp -r "$repo/solutions/05_fused_gelu" "$S/roster-src/dave/chapters/"
-  python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/fixtures/04-mistake-unfused-only" "$repo" "$S/roster-src/dave-04" >/dev/null
+  python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/acceptance/04-mistake-unfused-only" "$repo" "$S/roster-src/dave-04" >/dev/null
   cp -r "$S/roster-src/dave-04/04_fused_softmax" "$S/roster-src/dave/chapters/"
   (cd "$S/roster-src" && tar czf "$r/dave.tar.gz" dave)
   compose 04-fault-compile-error erin                      # broken: does not compile
@@ -251,7 +251,7 @@ stage_repeat() {
   mkdir -p "$S/grades"
   local t0=$SECONDS sub=$S/repeat-sub
   rm -rf "$sub"
-  python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/fixtures/04-mistake-no-max" "$repo" "$sub" >/dev/null
+  python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/acceptance/04-mistake-no-max" "$repo" "$sub" >/dev/null
   expect_file "$S/expect-any.json" '{}'
   grade_expect "$sub" repeat-1 "$S/expect-any.json" --chapters 04 >/dev/null
   grade_expect "$sub" repeat-2 "$S/expect-any.json" --chapters 04 >/dev/null
@@ -269,7 +269,7 @@ stage_sanitize() {
   expect_file "$S/expect-any.json" '{}'
   grade_expect "$repo/solutions" sanitize-reference "$S/expect-any.json" --chapters 04 --sanitize >/dev/null
   rm -rf "$sub"
-  python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/fixtures/04-fault-illegal-address" "$repo" "$sub" >/dev/null
+  python3 "$repo/grader/tests/compose_fixture.py" "$repo/grader/acceptance/04-fault-illegal-address" "$repo" "$sub" >/dev/null
   grade_expect "$sub" sanitize-illegal "$S/expect-any.json" --chapters 04 --sanitize >/dev/null
   local ok err
   ok=$(python3 -c 'import json,sys; print(sum(s["errors"] for c in json.load(open(sys.argv[1]))["chapters"] for s in c["sanitizer"]), [(s["tool"], s["ran"], s["problem"]) for c in json.load(open(sys.argv[1]))["chapters"] for s in c["sanitizer"]])' "$S/grades/sanitize-reference/report.json")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Grades every known-wrong submission in grader/fixtures (or the ones named) and checks each
+# Grades every known-wrong submission in grader/acceptance (or the ones named) and checks each
 # report against the fixture's expected.json ("expect"): every one must be graded as wrong,
 # for the right reason. On a machine without a GPU the verdicts that need one are reported
 # as not checkable here; compile errors, rejections and bad input are checked everywhere.
@@ -18,7 +18,7 @@ out=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
 fixtures=("$@")
 if [ ${#fixtures[@]} -eq 0 ]; then
-  for d in "$repo"/grader/fixtures/*/; do fixtures+=("$(basename "$d")"); done
+  for d in "$repo"/grader/acceptance/*/; do fixtures+=("$(basename "$d")"); done
 fi
 mkdir -p "$out/logs" "$out/submissions" "$out/results"
 rm -rf /tmp/wb-grader-fixture-evil "$out/wb-grader-fixture-evil.cu"
@@ -26,7 +26,7 @@ rm -rf /tmp/wb-grader-fixture-evil "$out/wb-grader-fixture-evil.cu"
 passed=0 partial=0 failed=0
 failures=()
 for name in "${fixtures[@]}"; do
-  dir="$repo/grader/fixtures/$name"
+  dir="$repo/grader/acceptance/$name"
   log="$out/logs/$name.log"
   if ! composed=$(python3 "$repo/grader/tests/compose_fixture.py" "$dir" "$repo" "$out/submissions/$name" 2>"$log"); then
     echo "FAIL    $name: the fixture could not be composed ($(tail -1 "$log"))"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-FIXTURES = HERE / "fixtures"
+FIXTURES = HERE / "sample-results"
 SHIPPED = REPO / "data" / "results"
 NOTEBOOKS = REPO / "notebooks"
 SKIP = 77

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nbtest_common import FIXTURES, TOOLS, require_modules
 
-# Each malformed fixture (tests/notebooks/fixtures/malformed/<case>/<file>) and a phrase the
+# Each malformed fixture (tests/notebooks/sample-results/malformed/<case>/<file>) and a phrase the
 # message must contain besides the file's path.
 MALFORMED = {
     "truncated": "not valid JSON",

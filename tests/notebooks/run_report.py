@@ -59,7 +59,7 @@ def main() -> int:
         if f.read_bytes()[:8] != PNG_MAGIC or f.stat().st_size < 2000:
             failures.append(f"{f} is not a plausible PNG figure ({f.stat().st_size} bytes)")
     names = {f.stem for f in figures}
-    if synthetic or args.notebook == "04_class" and "fixtures" in str(gradebook):
+    if synthetic or args.notebook == "04_class" and "sample-results" in str(gradebook):
         missing = FIXTURE_FIGURES.get(args.notebook, set()) - names
         if missing:
             failures.append(f"figures missing from the fixture render: {', '.join(sorted(missing))}")

@@ -222,12 +222,12 @@ class Repository(unittest.TestCase):
 
     def test_fixtures_are_what_the_generator_writes(self):
         with tempfile.TemporaryDirectory() as d:
-            subprocess.run([sys.executable, str(HERE / "make_fixtures.py"), d], check=True, capture_output=True)
+            subprocess.run([sys.executable, str(HERE / "make_sample_results.py"), d], check=True, capture_output=True)
             made = {p.relative_to(d): p.read_bytes() for p in Path(d).rglob("*") if p.is_file()}
         committed = {p.relative_to(FIXTURES): p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()}
-        self.assertEqual(sorted(made), sorted(committed), "rerun tests/notebooks/make_fixtures.py")
+        self.assertEqual(sorted(made), sorted(committed), "rerun tests/notebooks/make_sample_results.py")
         for rel, data in made.items():
-            self.assertEqual(data, committed[rel], f"{rel} differs: rerun tests/notebooks/make_fixtures.py")
+            self.assertEqual(data, committed[rel], f"{rel} differs: rerun tests/notebooks/make_sample_results.py")
 
     def test_fixtures_are_labelled_synthetic(self):
         for path in GOOD.glob("*.json"):

@@ -5,7 +5,7 @@ formulas below, environment.gpu says "SYNTHETIC FIXTURE", and every figure drawn
 carries a "SYNTHETIC TEST DATA" watermark. Real numbers live in data/results/ (written by
 `./workbook bench` on a GPU).
 
-    python3 tests/notebooks/make_fixtures.py [OUT_DIR]     (default: next to this script)
+    python3 tests/notebooks/make_sample_results.py [OUT_DIR]     (default: next to this script)
 
 Deterministic: rerunning it reproduces the committed files byte for byte (a test checks).
 """
@@ -272,4 +272,4 @@ def main(out_dir: Path):
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "fixtures")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "sample-results")
