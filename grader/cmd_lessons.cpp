@@ -11,7 +11,10 @@
 //      selector B (a ratio); "-" selects the file itself, so the key can be a dotted path
 //      such as environment.ceilings.copy_gbps.
 //    - key: a dotted path (breakdown_us.h2d); "k1+k2+..." adds several keys of the same
-//      entry (a total of parts measured together).
+//      entry (a total of parts measured together); "SUM/SUM" divides two such sums of the
+//      same entry (a share, a rate: breakdown_us.kernel/breakdown_us.alloc+breakdown_us.h2d).
+//    - format: a printf format for one double, optionally after a factor and "*":
+//      "100*%.0f" prints a fraction as a percentage, "0.001*%.1f" bytes per us as GB/s.
 //
 // 2. Constants that are not measured (a guard band's 16 KiB, a pass mark of 50%, the bytes a
 //    4096x4096 matrix holds, a datasheet rate) are wrapped in a fact marker, which is left as
@@ -115,8 +118,11 @@ double value_at(const json& node, const std::string& dotted, const std::string& 
   return cur->get<double>();
 }
 
-// "k1+k2+...": the sum of several keys of one entry.
+// "k1+k2+...": the sum of several keys of one entry; "SUM/SUM": the ratio of two sums.
 double sum_at(const json& node, const std::string& keys, const std::string& where) {
+  const auto slash = keys.find('/');
+  if (slash != std::string::npos)
+    return sum_at(node, keys.substr(0, slash), where) / sum_at(node, keys.substr(slash + 1), where);
   double total = 0;
   std::istringstream parts(keys);
   for (std::string key; std::getline(parts, key, '+');) total += value_at(node, key, where);
@@ -138,8 +144,21 @@ std::string evaluate(const fs::path& dir, const std::string& spec, std::map<std:
     v = sum_at(select_entry(doc, a, f[0]), f[2], f[0] + " [" + a + "]") /
         sum_at(select_entry(doc, b, f[0]), f[2], f[0] + " [" + b + "]");
   }
+  std::string format = f[3];
+  const auto star = format.find('*');
+  if (star != std::string::npos) {  // "FACTOR*%.1f"
+    try {
+      v *= std::stod(format.substr(0, star));
+    } catch (const std::exception&) {
+      throw std::runtime_error("marker '" + spec + "': the format's factor '" + format.substr(0, star) +
+                               "' is not a number");
+    }
+    format = format.substr(star + 1);
+  }
+  if (std::count(format.begin(), format.end(), '%') != 1 || format.find("%s") != std::string::npos)
+    throw std::runtime_error("marker '" + spec + "': the format must hold exactly one number conversion, e.g. %.1f");
   char buf[64];
-  std::snprintf(buf, sizeof buf, f[3].c_str(), v);
+  std::snprintf(buf, sizeof buf, format.c_str(), v);
   return buf;
 }
 

@@ -31,7 +31,7 @@ endfunction()
 
 run_lessons(${FIXTURES}/good --check)
 expect("the good lesson must pass (exit 0, got ${rc})" rc EQUAL 0)
-expect_in("5 measured numbers in the lessons, all match the results files")
+expect_in("6 measured numbers in the lessons, all match the results files")
 string(FIND "${out}" "outside a results marker" at)
 expect("the good lesson has no number with a unit outside a marker" at EQUAL -1)
 
