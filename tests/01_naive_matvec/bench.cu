@@ -3,17 +3,83 @@
 //
 //   build/bin/bench_01_<build> [--out FILE] [--quick]
 // Writes results/01_naive_matvec-<build>.json. The whole ladder (CPU, 01, 02, 03) is
-// chapter 03's bench.
+// chapter 03's bench. It also times host-to-device copies of the same bytes from pageable
+// and from pinned host memory (the lesson's "pinned memory" section): variants h2d_pageable,
+// h2d_pinned, h2d_registered and host_register, impl "harness" (docs/results-schema.md).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "ch01_adapters.hpp"
+#include "wb/check.hpp"
 #include "wb/device.hpp"
 #include "wb/model/bench_support.hpp"
 #include "wb/model/synthetic.hpp"
 #include "wb/not_implemented.hpp"
+
+namespace {
+
+// Host-to-device copies of one matrix of the synthetic 110M model, the same bytes from three
+// kinds of host memory, each timed by the harness on the host clock (the device synchronized
+// before both clock reads, as for every copy the lesson's breakdown times):
+//   h2d_pageable    memory from new[]: the GPU cannot read it directly (the OS may move or
+//                   swap its pages), so the driver copies it through a pinned staging buffer
+//                   of its own, chunk by chunk: two copies, one of them by the CPU;
+//   h2d_pinned      memory from cudaMallocHost: page-locked, the GPU's copy engine reads it
+//                   over the link directly (DMA);
+//   h2d_registered  the pageable buffer after cudaHostRegister: pinned where it already is;
+//   host_register   cudaHostRegister + cudaHostUnregister of that buffer: what pinning costs,
+//                   which is why a program pins once and reuses, never per call.
+void bench_host_to_device(wb::ResultsWriter& writer, bool quick) {
+  struct Matrix { const char* shape; std::size_t rows, cols; };
+  std::vector<Matrix> shapes = {{"32000x768", 32000, 768}, {"768x768", 768, 768}};
+  if (quick) shapes.resize(1);
+  std::printf("\nhost-to-device copies, host clock (median):\n");
+  for (const Matrix& m : shapes) {
+    const std::size_t count = m.rows * m.cols, bytes = count * sizeof(float);
+    std::unique_ptr<float[]> pageable(new float[count]);
+    std::fill(pageable.get(), pageable.get() + count, 0.5f);  // touch every page
+    float* pinned = nullptr;
+    float* device = nullptr;
+    WB_CUDA(cudaMallocHost(&pinned, bytes));
+    std::fill(pinned, pinned + count, 0.5f);
+    WB_CUDA(cudaMalloc(&device, bytes));
+    auto time_copy = [&](const char* variant, const char* memory, const float* source) {
+      wb::Bench bench({.name = std::string(variant) + " " + m.shape, .bytes = double(bytes),
+                       .cache = wb::Cache::Hot, .clock = wb::Clock::Host,
+                       .check_floor = false});  // the floor is device memory's; this is the link
+      const wb::Stats s = bench.run([&](cudaStream_t stream) {
+        WB_CUDA(cudaMemcpyAsync(device, source, bytes, cudaMemcpyHostToDevice, stream));
+      });
+      writer.add(variant, "harness", m.shape, s, {{"host_memory", memory}, {"direction", "h2d"}});
+      std::printf("  %-15s %-10s %9.1f us  %6.1f GB/s\n", variant, m.shape, s.median_us, s.gbps);
+    };
+    time_copy("h2d_pageable", "pageable", pageable.get());
+    time_copy("h2d_pinned", "pinned", pinned);
+    {
+      wb::Bench bench({.name = std::string("host_register ") + m.shape, .cache = wb::Cache::Hot,
+                       .clock = wb::Clock::Host, .check_floor = false});
+      const wb::Stats s = bench.run([&](cudaStream_t) {
+        WB_CUDA(cudaHostRegister(pageable.get(), bytes, cudaHostRegisterDefault));
+        WB_CUDA(cudaHostUnregister(pageable.get()));
+      });
+      writer.add("host_register", "harness", m.shape, s,
+                 {{"host_memory", "pageable"}, {"registered_bytes", double(bytes)}});
+      std::printf("  %-15s %-10s %9.1f us  (cudaHostRegister + cudaHostUnregister)\n",
+                  "host_register", m.shape, s.median_us);
+    }
+    WB_CUDA(cudaHostRegister(pageable.get(), bytes, cudaHostRegisterDefault));
+    time_copy("h2d_registered", "registered", pageable.get());
+    WB_CUDA(cudaHostUnregister(pageable.get()));
+    WB_CUDA(cudaFree(device));
+    WB_CUDA(cudaFreeHost(pinned));
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Chapter 01 bench: matvec bandwidth and the naive wrapper's per-token breakdown"};
@@ -45,6 +111,8 @@ int main(int argc, char** argv) {
     std::printf("\nthe naive wrapper on %s:\n", model.origin().c_str());
     wb::model::print_rung_header();
     wb::model::print_rung("01_naive", m, 0, 0);
+
+    bench_host_to_device(writer, quick);
 
     const auto path = out.empty() ? writer.default_path() : std::filesystem::path(out);
     writer.write(path);
