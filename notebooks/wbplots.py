@@ -315,7 +315,65 @@ def elements(entry):
     return math.prod(dims) if dims else None
 
 
-LADDER_CHAPTERS = ("01", "02", "03")
+# --------------------------------------------------------------------------------------
+# Which chapters a notebook plots: from the chapter manifests (tests/NN_slug/chapter.json),
+# their optional "plots" key (docs/CONTRACTS.md), so a new chapter needs no notebook change:
+#   "plots": {"ladder": true}        its tokens/s and per-token breakdown join the transfer
+#                                    ladder (01_transfer_ladder)
+#   "plots": {"fusion": {"op": "softmax", "measures": "row softmax over ROWSxCOLS floats",
+#                        "peer": "softmax", "flops_per_element": 5}}
+#                                    its unfused/fused/copy sweep is drawn by 02_fusion as
+#                                    `op`; "peer" names the PyTorch peer of
+#                                    notebooks/peers/pytorch_peers.py (optional);
+#                                    "flops_per_element" places it on the roofline (optional)
+# --------------------------------------------------------------------------------------
+
+TESTS_DIR = REPO_ROOT / "tests"
+
+
+@dataclass
+class FusionPlot:
+    op: str         # the name on the figures, and the "op" of the peer entries
+    chapter: str    # "04"
+    measures: str   # what one call computes, for the figure's stamp
+    peer: str | None
+    flops_per_element: float | None = None  # for the roofline, when the bench records no flops
+
+
+def manifests(tests_dir=None) -> list:
+    """Every chapter manifest (parsed), by chapter id; a malformed one is an error naming it."""
+    out = []
+    for path in sorted(Path(tests_dir or TESTS_DIR).glob("*/chapter.json")):
+        doc = _read_json(path)
+        if not isinstance(doc, dict) or "id" not in doc or "slug" not in doc:
+            raise ResultsError(f"{path}: not a chapter manifest (needs at least 'id' and 'slug')")
+        plots = doc.get("plots", {})
+        if not isinstance(plots, dict):
+            raise ResultsError(f"{path}: 'plots' must be an object (docs/CONTRACTS.md)")
+        out.append(doc)
+    return sorted(out, key=lambda d: d["id"])
+
+
+def ladder_chapters(tests_dir=None) -> tuple:
+    """Chapter ids whose manifest says "plots": {"ladder": true}, in order."""
+    return tuple(m["id"] for m in manifests(tests_dir) if m.get("plots", {}).get("ladder"))
+
+
+def fusion_plots(tests_dir=None) -> list:
+    """One FusionPlot per manifest with "plots": {"fusion": {...}}, in chapter order."""
+    out = []
+    for m in manifests(tests_dir):
+        spec = m.get("plots", {}).get("fusion")
+        if spec is None:
+            continue
+        if not isinstance(spec, dict) or not spec.get("op"):
+            raise ResultsError(f"tests/{m['slug']}/chapter.json: plots.fusion needs an 'op' (docs/CONTRACTS.md)")
+        out.append(FusionPlot(spec["op"], m["id"], spec.get("measures", spec["op"]), spec.get("peer"),
+                              spec.get("flops_per_element")))
+    return out
+
+
+LADDER_CHAPTERS = ladder_chapters() if TESTS_DIR.is_dir() else ("01", "02", "03")
 LADDER_ORDER = ["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent"]
 BREAKDOWN_ORDER = ["alloc", "h2d", "kernel", "d2h", "free"]
 
@@ -335,7 +393,7 @@ def ladder(results: ResultsSet, build: str = "solution") -> list:
     Chapter 03's bench runs the whole ladder (CPU, 01, 02, 03) in one process, so the latest
     chapter file that has a variant wins; earlier chapters fill in what it lacks."""
     chosen = {}
-    for chapter in LADDER_CHAPTERS:
+    for chapter in ladder_chapters() if TESTS_DIR.is_dir() else LADDER_CHAPTERS:
         f = results.get(chapter, build)
         if f is None:
             continue
@@ -439,6 +497,11 @@ def _num(text):
     except ValueError:
         return None
     return v if math.isfinite(v) else None
+
+
+def is_demo_gradebook(path) -> bool:
+    """The shipped demo gradebook (data/results/gradebook-demo.csv): made-up students."""
+    return "demo" in Path(path).stem.lower()
 
 
 def find_gradebook(dirs=None):
@@ -562,7 +625,16 @@ def setup(name: str | None = None):
                          "font.size": 10, "legend.fontsize": 9})
 
 
+# What must match for numbers from two results files to be compared directly: the same GPU
+# model and software, and the same code. The measured ceilings are *not* part of it: every
+# bench run measures its own copy bandwidth and launch latency, so two runs on one GPU at one
+# revision differ there by a few percent, and that is no reason to warn.
+RUN_IDENTITY_KEYS = ("gpu", "compute_capability", "sm_count", "runtime_version", "driver_version",
+                     "git_revision")
+
+
 def env_summary(env: dict) -> str:
+    """The GPU and software of a run, without its measured ceilings (see RUN_IDENTITY_KEYS)."""
     parts = [env.get("gpu", "?")]
     if env.get("compute_capability"):
         parts.append(f"cc {env['compute_capability']}")
@@ -572,12 +644,32 @@ def env_summary(env: dict) -> str:
         parts.append(f"CUDA {env['runtime_version']}")
     if env.get("driver_version"):
         parts.append(f"driver {env['driver_version']}")
-    c = env.get("ceilings", {})
-    if c.get("copy_gbps"):
-        parts.append(f"measured copy ceiling {c['copy_gbps']:.0f} GB/s")
     if env.get("git_revision"):
         parts.append(f"git {env['git_revision']}")
     return " · ".join(parts)
+
+
+def comparison_warning(files) -> str | None:
+    """A warning when the files come from different GPUs, software or revisions; else None."""
+    identities = {tuple(str(f.env.get(k, "")) for k in RUN_IDENTITY_KEYS) for f in files if f is not None}
+    if len(identities) <= 1:
+        return None
+    gpus = {i[0] for i in identities}
+    revisions = {i[-1] for i in identities}
+    what = ("different GPUs" if len(gpus) > 1 else
+            "different code revisions" if len(revisions) > 1 else "different CUDA versions or drivers")
+    return f"WARNING: these results come from {what}; compare with care."
+
+
+def ceilings_text(files) -> str | None:
+    """The measured copy ceiling(s) of the files: one value, or the range over the runs."""
+    values = sorted({round(f.copy_gbps) for f in files if f is not None and f.env.get("ceilings", {}).get("copy_gbps")})
+    if not values:
+        return None
+    if len(values) == 1:
+        return f"measured copy ceiling {values[0]} GB/s"
+    return (f"measured copy ceiling {values[0]}-{values[-1]} GB/s "
+            f"(each of the {len(values)} runs measures its own)")
 
 
 def stamp(fig, files, measured: str, baseline: str, gpu: str | None = None, sources=()):
@@ -592,10 +684,14 @@ def stamp(fig, files, measured: str, baseline: str, gpu: str | None = None, sour
         if s not in summaries:
             summaries.append(s)
     lines = [f"GPU: {s}" for s in summaries]
+    ceilings = ceilings_text(files)
+    if ceilings and lines:
+        lines[-1] += f" · {ceilings}"
     if gpu:
         lines.append(f"GPU: {gpu}")
-    if len(summaries) > 1:
-        lines.append("WARNING: these results come from different GPUs or revisions; compare with care.")
+    warning = comparison_warning(files)
+    if warning:
+        lines.append(warning)
     lines.append(f"Measured: {measured}")
     lines.append(f"Baseline: {baseline}")
     lines.append("Source: " + _sources_text([f.path for f in files] + list(sources)))
@@ -668,6 +764,11 @@ def _display_html(text: str):
         display(HTML(text))
     except ImportError:  # outside Jupyter
         print(re.sub(r"<[^>]+>", "", text))
+
+
+def heading(text: str):
+    """A section heading inside a code cell's output (for sections made in a loop)."""
+    _display_html(f"<h2>{html.escape(text)}</h2>")
 
 
 def note(text: str):

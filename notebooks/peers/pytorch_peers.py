@@ -51,6 +51,28 @@ SCHEMA_ID = "workbook-results/1"
 DEFAULT_SOFTMAX = [f"{r}x{c}" for r, c in [(16, 151936), (1, 151936), (64, 32000), (4096, 4096),
                                            (8192, 1024), (32768, 256)]]
 DEFAULT_GELU = [f"2^{k}" for k in (20, 24, 26, 27)]
+# The peers this script can time, by the name a chapter manifest gives in
+# "plots": {"fusion": {"peer": NAME}} (docs/CONTRACTS.md): the default sweep, and whether the
+# op works on rows (ROWSxCOLS) or on a flat array. A new peer adds a line here and its
+# PyTorch code in make_ops()/reference()/check()/random_input().
+PEERS = {"softmax": (DEFAULT_SOFTMAX, "rows"), "gelu": (DEFAULT_GELU, "flat")}
+
+
+def peer_chapters(tests_dir: Path | None = None):
+    """[(peer, slug)] from the chapter manifests (tests/*/chapter.json) that name a peer."""
+    out = []
+    for path in sorted(Path(tests_dir or REPO_ROOT / "tests").glob("*/chapter.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        peer = ((doc.get("plots") or {}).get("fusion") or {}).get("peer")
+        if peer is None:
+            continue
+        if peer not in PEERS:
+            raise SystemExit(f"pytorch_peers: {path} names the peer {peer!r}, which this script does not "
+                             f"know (known: {', '.join(sorted(PEERS))})")
+        out.append((peer, doc["slug"]))
+    if not out:  # a copy of the notebooks without the tests: the two chapters that have peers
+        out = [("softmax", "04_fused_softmax"), ("gelu", "05_fused_gelu")]
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -93,8 +115,8 @@ def _dims(shape: str, params: dict):
 def build_sweep(sweep_from: Path | None):
     """[(op, shape, dims, params, cache, flops)] and a sentence saying where it came from."""
     sweep, sources = [], []
-    for op, slug, default in (("softmax", "04_fused_softmax", DEFAULT_SOFTMAX),
-                              ("gelu", "05_fused_gelu", DEFAULT_GELU)):
+    for op, slug in peer_chapters():
+        default, layout = PEERS[op]
         path = sweep_from / f"{slug}-solution.json" if sweep_from else None
         if path is not None and path.is_file():
             pts = _chapter_points(path)
@@ -105,8 +127,8 @@ def build_sweep(sweep_from: Path | None):
             sources.append(f"{op}: the default sweep ({why})")
         for shape, params, cache, flops in pts:
             dims = _dims(shape, params)
-            if op == "softmax" and len(dims) != 2:
-                raise SystemExit(f"pytorch_peers: softmax shape {shape!r} is not ROWSxCOLS")
+            if layout == "rows" and len(dims) != 2:
+                raise SystemExit(f"pytorch_peers: {op} shape {shape!r} is not ROWSxCOLS")
             sweep.append((op, shape, dims, params, cache, flops))
     return sweep, "; ".join(sources)
 

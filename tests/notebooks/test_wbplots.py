@@ -259,5 +259,102 @@ class Repository(unittest.TestCase):
             self.assertIn(needle, text)
 
 
+class Comparability(unittest.TestCase):
+    """The stamp warns when results come from different GPUs or revisions, and only then."""
+
+    @staticmethod
+    def file(name="04_fused_softmax-solution.json", **env):
+        doc = copy.deepcopy(load(name))
+        for key, value in env.items():
+            if key == "copy_gbps":
+                doc["environment"]["ceilings"]["copy_gbps"] = value
+            else:
+                doc["environment"][key] = value
+        return wbplots.ResultsFile(Path(name), doc)
+
+    def test_one_gpu_one_revision_different_ceilings_is_no_warning(self):
+        # Every bench run measures its own ceilings: a few percent apart on one GPU.
+        a = self.file(copy_gbps=4171.0)
+        b = self.file("05_fused_gelu-solution.json", copy_gbps=4253.0)
+        self.assertIsNone(wbplots.comparison_warning([a, b]))
+        self.assertIn("4171-4253 GB/s", wbplots.ceilings_text([a, b]))
+
+    def test_different_gpus_warn(self):
+        warning = wbplots.comparison_warning([self.file(), self.file(gpu="NVIDIA H100 80GB HBM3")])
+        self.assertIn("different GPUs", warning)
+
+    def test_different_revisions_warn(self):
+        warning = wbplots.comparison_warning([self.file(git_revision="aaaa"), self.file(git_revision="bbbb")])
+        self.assertIn("different code revisions", warning)
+
+    def test_the_shipped_reference_results_are_one_run_identity(self):
+        # The shipped H200 results: every chapter and the PyTorch peer, one GPU, one revision.
+        shipped = wbplots.load_results([REPO / "data" / "results"])
+        files = list(shipped.files.values())
+        self.assertGreater(len(files), 1)
+        self.assertIsNone(wbplots.comparison_warning(files),
+                          [wbplots.env_summary(f.env) for f in files])
+
+    def test_stamp_has_no_warning_for_one_run_identity(self):
+        require_modules(("matplotlib",))
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [1, 2])
+        wbplots.stamp(fig, [self.file(copy_gbps=4100.0), self.file(copy_gbps=4200.0)], measured="m", baseline="b")
+        text = "\n".join(t.get_text() for t in fig.texts)
+        plt.close(fig)
+        self.assertNotIn("WARNING", text)
+        self.assertEqual(1, text.count("GPU: "), text)
+
+
+class Manifests(unittest.TestCase):
+    """The chapters a notebook plots come from tests/*/chapter.json ("plots")."""
+
+    def test_the_repository_manifests(self):
+        self.assertEqual(("01", "02", "03"), wbplots.ladder_chapters())
+        ops = wbplots.fusion_plots()
+        self.assertEqual([("softmax", "04", "softmax"), ("gelu", "05", "gelu")],
+                         [(p.op, p.chapter, p.peer) for p in ops])
+        self.assertTrue(all(p.flops_per_element for p in ops))
+
+    def test_a_new_chapter_needs_only_its_manifest(self):
+        with tempfile.TemporaryDirectory() as d:
+            for slug, plots in (("04_fused_softmax", {"fusion": {"op": "softmax"}}),
+                                ("06_layernorm", {"fusion": {"op": "layernorm", "measures": "add + LayerNorm"}}),
+                                ("03_persistent_weights", {"ladder": True}), ("00_measure_right", None)):
+                (Path(d) / slug).mkdir()
+                doc = {"id": slug[:2], "slug": slug}
+                if plots:
+                    doc["plots"] = plots
+                (Path(d) / slug / "chapter.json").write_text(json.dumps(doc))
+            self.assertEqual(("03",), wbplots.ladder_chapters(d))
+            ops = wbplots.fusion_plots(d)
+            self.assertEqual([("softmax", "04"), ("layernorm", "06")], [(p.op, p.chapter) for p in ops])
+            self.assertEqual("add + LayerNorm", ops[1].measures)
+            self.assertIsNone(ops[1].peer)
+
+    def test_a_bad_plots_key_names_the_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "09_x").mkdir()
+            (Path(d) / "09_x" / "chapter.json").write_text(json.dumps({"id": "09", "slug": "09_x", "plots": ["fusion"]}))
+            with self.assertRaises(wbplots.ResultsError) as ctx:
+                wbplots.fusion_plots(d)
+            self.assertIn("09_x/chapter.json", str(ctx.exception))
+
+    def test_the_peer_script_reads_the_same_manifests(self):
+        sys.path.insert(0, str(REPO / "notebooks" / "peers"))
+        try:
+            import pytorch_peers
+        finally:
+            sys.path.pop(0)
+        self.assertEqual([("softmax", "04_fused_softmax"), ("gelu", "05_fused_gelu")], pytorch_peers.peer_chapters())
+
+    def test_the_demo_gradebook_is_recognised(self):
+        self.assertTrue(wbplots.is_demo_gradebook(REPO / "data" / "results" / "gradebook-demo.csv"))
+        self.assertFalse(wbplots.is_demo_gradebook(Path("grades/gradebook.csv")))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
