@@ -1,8 +1,8 @@
-// Known wrong: one element per thread over a grid rounded up to whole blocks; each thread
-// loads x[i] first and checks i < n only for the store. Every output is right and no store
-// strays; the threads of the last block read up to 255 floats past the end of x. Guard bands
-// hide that; an input at the very end of its allocation faults. Must fail with "the kernel
-// read past the end of x".
+// Known wrong: each block stages its 256 inputs in shared memory (the tiled pattern of a
+// tutorial) over a grid rounded up to whole blocks, and checks i < n only for the store.
+// Every output is right and no store strays; the threads of the last block read up to 255
+// floats past the end of x. Guard bands hide that; an input at the very end of its
+// allocation faults. Must fail with "the kernel read past the end of x".
 #include "gelu.cuh"
 #include "wb/check.hpp"
 
@@ -14,9 +14,11 @@ __device__ float gelu(float x) {
 }
 
 __global__ void gelu_load_first(const float* x, float* y, std::size_t n) {
+  __shared__ float tile[256];
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const float v = x[i];  // BUG: loads before the bounds check
-  if (i < n) y[i] = gelu(v);
+  tile[threadIdx.x] = x[i];  // BUG: loads before the bounds check
+  __syncthreads();
+  if (i < n) y[i] = gelu(tile[threadIdx.x]);
 }
 
 }  // namespace
