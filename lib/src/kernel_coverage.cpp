@@ -109,6 +109,17 @@ std::vector<std::string> elf_symbol_names(const std::string& path, std::string* 
   return names;
 }
 
+// CUPTI reports mangled names; compare demangled too, should a version report them so.
+bool same_kernel(const std::string& compiled, const std::set<std::string>& run) {
+  if (run.count(compiled)) return true;
+  const std::string pretty = demangle(compiled);
+  for (const std::string& r : run)
+    if (r == pretty || demangle(r) == pretty) return true;
+  return false;
+}
+
+}  // namespace
+
 // nvcc's host stub of kernel _Z<k> is the function __device_stub__Z<k> (and its static locals
 // __handle, __tmp): the symbol holds "<length>__device_stub__Z...", where <length> counts the
 // identifier. The kernel's mangled name is the identifier less "__device_stub_".
@@ -123,17 +134,6 @@ std::string kernel_of_stub_symbol(const std::string& symbol) {
   if (at + length > symbol.size() || length <= kStub.size()) return "";
   return symbol.substr(at + kStub.size() - 2, length - (kStub.size() - 2));
 }
-
-// CUPTI reports mangled names; compare demangled too, should a version report them so.
-bool same_kernel(const std::string& compiled, const std::set<std::string>& run) {
-  if (run.count(compiled)) return true;
-  const std::string pretty = demangle(compiled);
-  for (const std::string& r : run)
-    if (r == pretty || demangle(r) == pretty) return true;
-  return false;
-}
-
-}  // namespace
 
 std::string start_recording() {
   const std::lock_guard lock(g_mutex);

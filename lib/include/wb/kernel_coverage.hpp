@@ -33,6 +33,11 @@ std::set<std::string> kernels_run();
 // symbol table cannot be read (a stripped binary).
 std::vector<std::string> kernels_compiled(const std::string& prefix, std::string* why_not);
 
+// The mangled kernel name behind one of nvcc's host-stub symbols
+// ("_Z98__device_stub__ZN4ch04...14row_max_kernelEPKfPfiPKfPfi" -> "_ZN4ch04...PKfPfi"; its
+// static locals "_ZZ98__device_stub__Z...E8__handle" too), or "" for any other symbol.
+std::string kernel_of_stub_symbol(const std::string& symbol);
+
 // "ch04::(anonymous namespace)::softmax_block_per_row<128, 4>(...)" for a mangled name.
 std::string demangle(const std::string& mangled);
 
