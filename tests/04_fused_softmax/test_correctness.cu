@@ -5,7 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <sstream>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,11 +18,16 @@
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
+#include "wb/kernel_coverage.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
+
+// Every kernel this process runs is recorded from here on (the last test lists the reference's
+// kernels that no test reached).
+const std::string kCoverageRecording = wb::coverage::start_recording();
 
 using ch04::reference::check_softmax;
 using ch04::reference::softmax_rows;
@@ -57,14 +65,14 @@ void check_input_unchanged(const wb::GuardedBuffer<float>& x_buf, std::size_t of
                 "intermediates, never in x; the caller may still need its logits.");
 }
 
-// Runs one softmax on the GPU and returns y. `offset` floats of padding go before x and y,
-// so offset 1 makes views that start 4 bytes past a 16-byte boundary. Every buffer sits
-// between guard bands: a store past the end of y, row_max or row_sum fails the test, and
-// so does a change to x.
+// Runs one softmax on the GPU and returns y. x starts `x_offset` floats and y `y_offset`
+// floats past the start of their allocations (an offset of 1 makes a view that is not
+// 16-byte aligned; the two are chosen independently). Every buffer sits between guard bands:
+// a store past the end of y, row_max or row_sum fails the test, and so does a change to x.
 std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
-                               std::size_t offset = 0) {
+                               std::size_t x_offset = 0, std::size_t y_offset = 0) {
   const std::size_t count = x.size();
-  wb::GuardedBuffer<float> x_buf(count + offset), y_buf(count + offset);
+  wb::GuardedBuffer<float> x_buf(count + x_offset), y_buf(count + y_offset);
   wb::GuardedBuffer<float> row_max(s.rows), row_sum(s.rows);
   cudaStream_t stream = nullptr;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -73,23 +81,27 @@ std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
     ~StreamGuard() { cudaStreamDestroy(s); }
   } guard{stream};
 
-  WB_CUDA(cudaMemcpy(x_buf.data() + offset, x.data(), count * sizeof(float),
-                     cudaMemcpyHostToDevice));
+  // On the work's stream: a cudaMemcpy from pageable memory may return before its last bytes
+  // land, and nothing orders it before work on a non-blocking stream (the softmax would then
+  // read the guard buffer's NaN poison now and then: a verdict that depends on the load).
+  WB_CUDA(cudaMemcpyAsync(x_buf.data() + x_offset, x.data(), count * sizeof(float),
+                          cudaMemcpyHostToDevice, stream));
   y_buf.poison(stream);
   row_max.poison(stream);  // the intermediates start as garbage, too
   row_sum.poison(stream);
   if (impl == Impl::Fused)
-    ch04::softmax_fused(x_buf.data() + offset, y_buf.data() + offset, s.rows, s.cols, stream);
+    ch04::softmax_fused(x_buf.data() + x_offset, y_buf.data() + y_offset, s.rows, s.cols,
+                        stream);
   else
-    ch04::softmax_unfused(x_buf.data() + offset, y_buf.data() + offset, row_max.data(),
+    ch04::softmax_unfused(x_buf.data() + x_offset, y_buf.data() + y_offset, row_max.data(),
                           row_sum.data(), s.rows, s.cols, stream);
   // Read back on the same (non-blocking) stream: work that escaped it races with this copy.
   std::vector<float> y(count);
-  WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data() + offset, count * sizeof(float),
+  WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data() + y_offset, count * sizeof(float),
                           cudaMemcpyDeviceToHost, stream));
   WB_CUDA(cudaStreamSynchronize(stream));
   check_no_overrun(y_buf, "y", impl, s);
-  check_input_unchanged(x_buf, offset, x, impl, s);
+  check_input_unchanged(x_buf, x_offset, x, impl, s);
   if (impl == Impl::Unfused) {
     check_no_overrun(row_max, "row_max", impl, s);
     check_no_overrun(row_sum, "row_sum", impl, s);
@@ -97,38 +109,177 @@ std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
   return y;
 }
 
-void check_random_shapes(Impl impl, const std::vector<Shape>& shapes) {
-  for (const Shape s : shapes) {
-    const std::string what = std::string(name_of(impl)) + " softmax";
-    const std::vector<float> x = ch04::reference::random_logits(
-        static_cast<std::size_t>(s.rows) * s.cols, "ch04/" + what + "/" + shape_name(s));
-    const std::vector<float> y = run_softmax(impl, x, s);
-    const std::string failure =
-        check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols, what);
-    if (!failure.empty()) FAIL_CHECK(failure);
-  }
+// The first line of an exception's message: a CudaError carries a generic "hint:" line of
+// its own, and the test's hint (the rule this case probes) must be the first one.
+std::string first_line(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, text.find('\n'));
 }
 
-// Short rows (a warp or part of one per row), medium rows (a block per row; more rows than
-// SMs), long rows (split across blocks), and the counts that are not multiples of 4, 32 or
-// a block: 1 column, 1 row, 4096 +- 1, an LLM vocabulary, a row too long for shared memory,
-// and more long rows than one launch of a split kernel holds (32x151936: taken in batches).
-const std::vector<Shape> kShapes = {
-    {1, 1},      {1, 2},       {3, 1},      {2, 3},       {5, 7},       {4, 31},
-    {33, 32},    {17, 33},     {64, 100},   {129, 128},   {7, 255},     {300, 257},
-    {9, 513},    {65, 1000},   {32, 1024},  {5, 1025},    {100, 2047},  {33, 4096},
-    {3, 4097},   {8, 8192},    {200, 6000}, {200, 6001},  {2, 16384},   {1, 16385},
-    {20000, 3},  {70000, 1},   {64, 32000}, {1, 151936},  {16, 151936}, {3, 151937},
-    {1, 700001}, {2, 1000000}, {512, 4096}, {4096, 257}, {32, 151936}};
+std::string offsets_name(std::size_t x_offset, std::size_t y_offset) {
+  const auto view = [](const char* name, std::size_t offset) {
+    return std::string(name) + " + " + std::to_string(offset) +
+           (offset % 4 == 0 ? " (16-byte aligned)" : " (not 16-byte aligned)");
+  };
+  return view("x", x_offset) + ", " + view("y", y_offset);
+}
+
+// A call that throws (a CUDA error from a launch or a fault, a logic_error) fails the test
+// with the shape, the views and the rule the error points at, instead of ending the test
+// case with a bare exception.
+std::string explain_error(const std::exception& e, Impl impl, Shape s, std::size_t x_offset,
+                          std::size_t y_offset) {
+  const std::string error = first_line(e);
+  std::ostringstream m;
+  m << "ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", "
+    << offsets_name(x_offset, y_offset) << ", seed " << wb::base_seed()
+    << ": the call failed: " << error << "\n";
+  if (error.find("misaligned") != std::string::npos)
+    m << "rule: x and y may be any float pointers, their alignments chosen independently, and "
+         "cols need not be a multiple of 4.\nhint: a float4 access needs its address 16-byte "
+         "aligned: take the vector path only when x AND y are 16-byte aligned AND cols % 4 == 0 "
+         "(otherwise row r starts at r * cols floats, off the 16-byte grid); else use scalars.";
+  else if ((error.find("configuration") != std::string::npos ||
+            error.find("invalid argument") != std::string::npos) && s.rows > 65535)
+    m << "rule: any number of rows: this matrix has more rows (" << s.rows
+      << ") than a grid's y dimension holds (65535).\nhint: gridDim.y and gridDim.z are at most "
+         "65535; put the rows on gridDim.x (up to 2^31 - 1 blocks) or loop over rows.";
+  else if (error.find("illegal") != std::string::npos || error.find("out of bounds") != std::string::npos)
+    m << "rule: read and write only your own elements.\nhint: guard every load and every store "
+         "with the row and column bounds, and compute row * cols in 64 bits (size_t).";
+  else
+    m << "hint: the entry points must enqueue valid launches for any shape.";
+  return m.str();
+}
+
+std::vector<float> run_softmax_checked(Impl impl, const std::vector<float>& x, Shape s,
+                                       std::size_t x_offset, std::size_t y_offset, bool* ok) {
+  *ok = false;
+  try {
+    std::vector<float> y = run_softmax(impl, x, s, x_offset, y_offset);
+    *ok = true;
+    return y;
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(explain_error(e, impl, s, x_offset, y_offset));
+    (void)cudaGetLastError();  // a launch error is not sticky: the next shapes still run
+  }
+  return {};
+}
+
+// One shape and one data set: "" when the output is right, else the failure (already
+// reported).
+bool check_one(Impl impl, Shape s, bool edge, std::size_t x_offset = 0, std::size_t y_offset = 0) {
+  const std::string data = edge ? "edge rows (logits of +-1e4, -inf entries)" : "random logits";
+  const std::string what = std::string(name_of(impl)) + " softmax on " + data +
+                           (x_offset || y_offset ? ", " + offsets_name(x_offset, y_offset) : "");
+  const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+  const std::string label = std::string("ch04/") + (edge ? "edge/" : "random/") + shape_name(s);
+  const std::vector<float> x = edge ? ch04::reference::edge_logits(s.rows, s.cols, label)
+                                    : ch04::reference::random_logits(count, label);
+  bool ran = false;
+  const std::vector<float> y = run_softmax_checked(impl, x, s, x_offset, y_offset, &ran);
+  if (!ran) return false;
+  const std::string failure =
+      check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols, what);
+  if (failure.empty()) return true;
+  FAIL_CHECK(failure);
+  return false;
+}
+
+// Runs every shape with one data set. When some shapes fail and others pass, says so: the
+// mistake is then in one dispatch path (or one range of shapes), not in the formula.
+void check_shapes(Impl impl, const std::vector<Shape>& shapes, bool edge) {
+  std::vector<std::string> failed, passed;
+  for (const Shape s : shapes) (check_one(impl, s, edge) ? passed : failed).push_back(shape_name(s));
+  if (failed.empty() || passed.empty()) return;
+  std::ostringstream m;
+  m << "ch04 " << name_of(impl) << " softmax, seed " << wb::base_seed() << ": the "
+    << (edge ? "edge rows (logits of +-1e4, -inf entries, all -inf rows)" : "random logits")
+    << " fail on some shapes and pass on others. Failed:";
+  for (const auto& f : failed) m << " " << f;
+  m << "; passed:";
+  for (const auto& p : passed) m << " " << p;
+  m << ".\nrule: every path handles every input: a kernel chosen for short rows, long rows, "
+       "many or few rows must all subtract the max, mask -inf and return NaN for all -inf "
+       "rows.\nhint: compare the failing shapes with the passing ones: a mistake in one branch "
+       "of a dispatch, in the tail of a row or in the last block fails a pattern of shapes (a "
+       "formula mistake fails every shape that has the rows it needs: the all -inf rows come "
+       "from 4 rows on).";
+  FAIL_CHECK(m.str());
+}
+
+int sm_count() {
+  int device = 0, count = 0;
+  WB_CUDA(cudaGetDevice(&device));
+  WB_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// The shapes every implementation must handle, whatever its design: 1 column, 1 row, counts
+// that are not multiples of 4, 32 or a block, more rows than a grid's y dimension holds,
+// an LLM vocabulary, a row too long for shared memory. Each row length comes twice: cols % 4
+// == 0 (a kernel may take 16-byte accesses) and cols % 4 != 0 (it may not).
+//   short rows:  every power-of-two bucket from 1 to 1024 columns;
+//   medium rows: up to 16384 columns, with few rows and with a row per SM;
+//   long rows:   1 to 33 rows of 8192 to 1000000 columns (few rows of an LLM's vocabulary
+//                leave SMs idle with a block per row: a kernel may split them, batch them).
+std::vector<Shape> every_shape() {
+  const int sms = sm_count();
+  std::vector<Shape> shapes = {
+      // short rows, cols % 4 == 0 and != 0
+      {1, 1}, {3, 1}, {70000, 1}, {1, 2}, {2, 3}, {37, 4}, {5, 7}, {33, 8}, {6, 13}, {4, 16},
+      {17, 31}, {11, 127},
+      {33, 32}, {17, 33}, {9, 64}, {64, 100}, {129, 128}, {7, 255}, {40, 256}, {300, 257},
+      {9, 512}, {9, 513}, {65, 1000}, {32, 1024}, {20000, 3}, {4096, 257},
+      // medium rows: a block per row, few rows and a row per SM
+      {5, 1025}, {3, 2048}, {100, 2047}, {7, 4095}, {33, 4096}, {3, 4097}, {512, 4096}, {200, 6001},
+      {2, 8192}, {3, 8191}, {sms, 8192}, {sms + 1, 8191}, {2, 16384}, {1, 16385},
+      {sms, 16384}, {sms + 1, 16383},
+      // long rows: few of them, some, and more than a row per SM's share
+      {8, 32000}, {8, 32001}, {64, 32000}, {1, 151936}, {3, 151937}, {10, 151936},
+      {10, 151937}, {16, 151936}, {16, 151937}, {32, 151936}, {33, 151937}, {1, 400000},
+      {1, 400001}, {1, 700000}, {1, 700001}, {6, 700000}, {5, 700001}, {2, 1000000}};
+  if (wb::coverage::quick()) {  // under compute-sanitizer: the short and medium rows, and
+    std::vector<Shape> quick;   // one long-row shape of each kind
+    for (const Shape s : shapes)
+      if (static_cast<std::size_t>(s.rows) * s.cols <= (1u << 21) || s.rows <= 16) quick.push_back(s);
+    return quick;
+  }
+  return shapes;
+}
+
+// The unfused softmax has one design in every version seen so far; its own subset.
+std::vector<Shape> unfused_shapes() {
+  std::vector<Shape> shapes;
+  for (const Shape s : every_shape())
+    if (static_cast<std::size_t>(s.rows) * s.cols <= 700001 || s.rows == 16) shapes.push_back(s);
+  return shapes;
+}
 
 TEST_CASE("fused softmax matches the double reference on every shape") {
   WB_REQUIRE_GPU();
-  check_random_shapes(Impl::Fused, kShapes);
+  check_shapes(Impl::Fused, every_shape(), /*edge=*/false);
 }
 
 TEST_CASE("unfused softmax matches the double reference on every shape") {
   WB_REQUIRE_GPU();
-  check_random_shapes(Impl::Unfused, kShapes);
+  check_shapes(Impl::Unfused, unfused_shapes(), /*edge=*/false);
+}
+
+// Rows of logits in +-1e4 (exp overflows without the max subtracted), masked (-inf)
+// entries, one finite entry, and all -inf (NaN by definition); see reference::edge_logits.
+// Through every shape above: a kernel may pick its design from the shape, and every design
+// must handle them.
+TEST_CASE("fused softmax: logits of +-1e4, -inf entries, all -inf rows, on every shape") {
+  WB_REQUIRE_GPU();
+  check_shapes(Impl::Fused, every_shape(), /*edge=*/true);
+}
+
+TEST_CASE("unfused softmax: logits of +-1e4, -inf entries, all -inf rows, on every shape") {
+  WB_REQUIRE_GPU();
+  check_shapes(Impl::Unfused, unfused_shapes(), /*edge=*/true);
 }
 
 // Launch patterns a real program has: many calls queued on one stream without a wait, two
@@ -142,8 +293,11 @@ struct Problem {
   wb::DeviceBuffer<float> x{count}, y{count};
   std::vector<float> x_host;
 
-  void upload_fresh(const std::string& label, cudaStream_t stream) {
-    x_host = ch04::reference::random_logits(count, label);
+  // Every other input is the edge rows (+-1e4, -inf entries, all -inf rows): the paths a
+  // launch pattern takes (graph capture, back to back) must handle them too.
+  void upload_fresh(const std::string& label, cudaStream_t stream, bool edge) {
+    x_host = edge ? ch04::reference::edge_logits(shape.rows, shape.cols, label)
+                  : ch04::reference::random_logits(count, label);
     WB_CUDA(cudaMemcpyAsync(x.data(), x_host.data(), count * sizeof(float),
                             cudaMemcpyHostToDevice, stream));
     y.poison(stream);
@@ -175,7 +329,8 @@ struct OwnedStream {
   }
 };
 
-const std::vector<Shape> kLaunchPatternShapes = {{1, 151936}, {16, 151936}, {3, 20000}};
+// Long rows with cols % 4 == 0 and != 0, and short rows.
+const std::vector<Shape> kLaunchPatternShapes = {{1, 151936}, {16, 151936}, {3, 20001}, {300, 100}};
 
 TEST_CASE("fused softmax: calls queued back to back on one stream") {
   WB_REQUIRE_GPU();
@@ -185,7 +340,7 @@ TEST_CASE("fused softmax: calls queued back to back on one stream") {
     // Four inputs, then four launches with no wait between them.
     for (std::size_t i = 0; i < problems.size(); ++i)
       problems[i].upload_fresh("ch04/back-to-back/" + std::to_string(i) + "/" + shape_name(shape),
-                               stream.s);
+                               stream.s, i % 2 == 1);
     for (Problem& p : problems) p.launch(stream.s);
     WB_CUDA(cudaStreamSynchronize(stream.s));
     for (Problem& p : problems) p.check("4 calls back to back on one stream");
@@ -198,8 +353,8 @@ TEST_CASE("fused softmax: two streams at once") {
     OwnedStream a, b;
     std::vector<Problem> on_a = make_problems(shape, 3), on_b = make_problems(shape, 3);
     for (std::size_t i = 0; i < on_a.size(); ++i) {
-      on_a[i].upload_fresh("ch04/two-streams/a" + std::to_string(i), a.s);
-      on_b[i].upload_fresh("ch04/two-streams/b" + std::to_string(i), b.s);
+      on_a[i].upload_fresh("ch04/two-streams/a" + std::to_string(i), a.s, i % 2 == 1);
+      on_b[i].upload_fresh("ch04/two-streams/b" + std::to_string(i), b.s, i % 2 == 0);
     }
     for (std::size_t i = 0; i < on_a.size(); ++i) {  // interleaved, so the launches overlap
       on_a[i].launch(a.s);
@@ -230,7 +385,8 @@ TEST_CASE("fused softmax: captured into a CUDA graph and replayed on new inputs"
     cudaGraphExec_t exec = nullptr;
     WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     for (int replay = 0; replay < 3; ++replay) {
-      p.upload_fresh("ch04/graph/" + std::to_string(replay) + "/" + shape_name(shape), stream.s);
+      p.upload_fresh("ch04/graph/" + std::to_string(replay) + "/" + shape_name(shape), stream.s,
+                     replay % 2 == 1);
       WB_CUDA(cudaGraphLaunch(exec, stream.s));
       WB_CUDA(cudaStreamSynchronize(stream.s));
       p.check("CUDA graph replay " + std::to_string(replay + 1));
@@ -240,52 +396,19 @@ TEST_CASE("fused softmax: captured into a CUDA graph and replayed on new inputs"
   }
 }
 
-// Rows of logits in +-1e4 (exp overflows without the max subtracted), masked (-inf)
-// entries, one finite entry, and all -inf (NaN by definition); see reference::edge_logits.
-// Long rows come few (4: a row may get a block per SM), more (10: several blocks of
-// different rows share an SM) and more than one launch holds (33: batches of rows), since a
-// kernel may pick its shape from the row count.
-const std::vector<Shape> kEdgeShapes = {{7, 1},      {11, 5},     {9, 37},     {12, 1000},
-                                        {10, 1024},  {140, 4100}, {10, 5000},  {4, 151936},
-                                        {10, 151936}, {33, 151936}, {6, 700000}, {5, 700001}};
-
-void check_edge_rows(Impl impl) {
-  for (const Shape s : kEdgeShapes) {
-    const std::string what =
-        std::string(name_of(impl)) + " softmax on edge rows (logits of +-1e4, -inf entries)";
-    const std::vector<float> x =
-        ch04::reference::edge_logits(s.rows, s.cols, "ch04/edge/" + shape_name(s));
-    const std::vector<float> y = run_softmax(impl, x, s);
-    const std::string failure =
-        check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols, what);
-    if (!failure.empty()) FAIL_CHECK(failure);
-  }
-}
-
-TEST_CASE("fused softmax: logits of +-1e4, -inf entries, all -inf rows") {
+// Before the big and faulting cases below: a misaligned float4 access or an illegal address
+// is a sticky CUDA error that ends every later test of this process.
+TEST_CASE("softmax of views: x and y alignments chosen independently") {
   WB_REQUIRE_GPU();
-  check_edge_rows(Impl::Fused);
-}
-
-TEST_CASE("unfused softmax: logits of +-1e4, -inf entries, all -inf rows") {
-  WB_REQUIRE_GPU();
-  check_edge_rows(Impl::Unfused);
-}
-
-TEST_CASE("softmax of views that start mid-vector (x and y not 16-byte aligned)") {
-  WB_REQUIRE_GPU();
-  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
-    for (const Shape s : {Shape{9, 4096}, Shape{300, 1000}, Shape{3, 40000}}) {
-      const std::string what =
-          std::string(name_of(impl)) + " softmax of a view at x + 1 (not 16-byte aligned)";
-      const std::vector<float> x = ch04::reference::random_logits(
-          static_cast<std::size_t>(s.rows) * s.cols, "ch04/view/" + shape_name(s));
-      const std::vector<float> y = run_softmax(impl, x, s, /*offset=*/1);
-      const std::string failure =
-          check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols, what);
-      if (!failure.empty()) FAIL_CHECK(failure);
-    }
-  }
+  // (x offset, y offset) in floats: both off, x aligned with y off, the reverse, and two
+  // different misalignments.
+  const std::vector<std::pair<std::size_t, std::size_t>> views = {{1, 1}, {0, 1}, {1, 0}, {2, 3},
+                                                                  {3, 0}};
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const auto [x_offset, y_offset] : views)
+      for (const Shape s : {Shape{4, 8}, Shape{300, 1000}, Shape{9, 4096}, Shape{3, 40000},
+                            Shape{16, 151936}})
+        check_one(impl, s, /*edge=*/x_offset == 2, x_offset, y_offset);
 }
 
 // Expects `call` to throw std::invalid_argument whose message contains `needle`. A
@@ -329,6 +452,183 @@ TEST_CASE("bad arguments are rejected with a message that names them") {
   // An empty matrix is not an error: nothing to do.
   ch04::softmax_fused(x.data(), y.data(), 0, 4, nullptr);
   WB_CUDA(cudaDeviceSynchronize());
+}
+
+// ------------------------------------------------------------------------------------------
+// Limits a student can hit: more rows than gridDim.y holds, a read past the end of x, more
+// than 2^31 elements. Last in the file: each can end in a sticky CUDA error.
+
+TEST_CASE("softmax of more rows than a grid's y dimension holds (an LLM classifier's rows)") {
+  WB_REQUIRE_GPU();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : {Shape{151936, 1}, Shape{128256, 5}, Shape{151936, 64}})
+      check_one(impl, s, /*edge=*/s.cols == 5);
+}
+
+// x ends exactly where mapped device memory ends (wb::InputAtEnd): reading even one float
+// past the last row is an illegal address here, where a guard band would have hidden it.
+void check_input_at_end(Impl impl, Shape s) {
+  const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+  const std::vector<float> x = ch04::reference::edge_logits(s.rows, s.cols, "ch04/at-end/" + shape_name(s));
+  std::vector<float> y(count);
+  try {
+    wb::InputAtEnd x_buf(count);
+    x_buf.upload(x);
+    wb::GuardedBuffer<float> y_buf(count), row_max(s.rows), row_sum(s.rows);
+    if (impl == Impl::Fused)
+      ch04::softmax_fused(x_buf.data(), y_buf.data(), s.rows, s.cols, nullptr);
+    else
+      ch04::softmax_unfused(x_buf.data(), y_buf.data(), row_max.data(), row_sum.data(), s.rows,
+                            s.cols, nullptr);
+    WB_CUDA(cudaDeviceSynchronize());
+    y = y_buf.download();
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed "
+               << wb::base_seed() << ": rule: read only your own elements. In this test x ends "
+               << "exactly where mapped device memory ends, and the call failed (" << first_line(e)
+               << "): the kernel read past the end of x.\nhint: guard every load with the bounds "
+               << "(c < cols, row < rows), not only the stores; a float4 load needs all 4 floats "
+               << "inside the row, and a thread past the end must not load \"just in case\".");
+    return;
+  }
+  const std::string failure = check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols,
+                                            std::string(name_of(impl)) + " softmax, x at the end of its allocation");
+  if (!failure.empty()) FAIL_CHECK(failure);
+}
+
+TEST_CASE("softmax with x at the very end of its allocation (a read past the end faults)") {
+  WB_REQUIRE_GPU();
+  const int sms = sm_count();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : {Shape{7, 37}, Shape{3, 1000}, Shape{5, 1001}, Shape{sms + 1, 8191},
+                          Shape{2, 151936}, Shape{16, 151937}, Shape{1, 700001}})
+      check_input_at_end(impl, s);
+}
+
+// Logits generated on the GPU (the matrix is 9 GB): uniform in [-8, 8) from a hash of
+// (seed, index).
+__global__ void fill_logits(float* x, std::size_t count, unsigned long long seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    unsigned long long h = seed + i * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    x[i] = static_cast<float>(h >> 40) * (16.0f / 16777216.0f) - 8.0f;
+  }
+}
+
+// How many of y's elements still hold the poison (all bits set), and the first of them.
+__global__ void count_unwritten(const float* y, std::size_t count, unsigned long long* how_many,
+                                unsigned long long* first) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    if (__float_as_uint(y[i]) == 0xFFFFFFFFu) {
+      atomicAdd(how_many, 1ull);
+      atomicMin(first, static_cast<unsigned long long>(i));
+    }
+}
+
+TEST_CASE("softmax of a matrix of more than 2^31 elements (64-bit offsets)") {
+  WB_REQUIRE_GPU();
+  const Shape s{140000, 16000};  // 2.24e9 elements: row 134217 reaches past 2^31
+  const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31-element case is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < 2 * count * sizeof(float) + (1ull << 30)) {
+    wb::testing::mark_skipped("skipped: the 2^31-element case needs 19 GB of free device memory, this GPU has " +
+                              std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  const int boundary_row = static_cast<int>((1ull << 31) / s.cols);
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    std::ostringstream where;
+    where << "ch04 " << name_of(impl) << " softmax, " << shape_name(s) << " (" << count
+          << " elements, more than 2^31), seed " << wb::base_seed() << ": ";
+    const std::string rule =
+        "rule: any shape: row * cols passes 2^31 from row " + std::to_string(boundary_row) +
+        " on here.\nhint: compute offsets in 64 bits, size_t offset = static_cast<size_t>(row) * "
+        "cols; an int product wraps around to a negative offset.";
+    try {
+      wb::DeviceBuffer<float> x(count);
+      wb::GuardedBuffer<float> y(count), row_max(s.rows), row_sum(s.rows);
+      fill_logits<<<4096, 256>>>(x.data(), count, wb::base_seed());
+      WB_CHECK_LAUNCH("fill_logits");
+      if (impl == Impl::Fused)
+        ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, nullptr);
+      else
+        ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols,
+                              nullptr);
+      WB_CUDA(cudaDeviceSynchronize());
+      wb::DeviceBuffer<unsigned long long> stats(2);
+      const unsigned long long init[2] = {0, ~0ull};
+      WB_CUDA(cudaMemcpy(stats.data(), init, sizeof init, cudaMemcpyHostToDevice));
+      count_unwritten<<<4096, 256>>>(y.data(), count, stats.data(), stats.data() + 1);
+      WB_CHECK_LAUNCH("count_unwritten");
+      const std::vector<unsigned long long> unwritten = stats.download();
+      if (unwritten[0] > 0) {
+        FAIL_CHECK(where.str() << unwritten[0] << " outputs were not written, the first is y["
+                   << unwritten[1] / s.cols << ", " << unwritten[1] % s.cols << "].\n" << rule);
+        continue;
+      }
+      // Rows on both sides of element 2^31, the first and last rows, and some in between.
+      std::vector<int> rows = {0, 1, boundary_row - 1, boundary_row, boundary_row + 1, s.rows - 2,
+                               s.rows - 1};
+      for (int i = 1; i <= 6; ++i) rows.push_back(static_cast<int>(static_cast<long long>(s.rows) * i / 7));
+      for (const int r : rows) {
+        const std::size_t offset = static_cast<std::size_t>(r) * s.cols;
+        std::vector<float> x_row(s.cols), y_row(s.cols);
+        WB_CUDA(cudaMemcpy(x_row.data(), x.data() + offset, s.cols * sizeof(float), cudaMemcpyDeviceToHost));
+        WB_CUDA(cudaMemcpy(y_row.data(), y.data() + offset, s.cols * sizeof(float), cudaMemcpyDeviceToHost));
+        const std::string failure = check_softmax(x_row, y_row, softmax_rows(x_row, 1, s.cols), 1, s.cols,
+                                                  std::string(name_of(impl)) + " softmax, row " + std::to_string(r) +
+                                                      " of " + shape_name(s));
+        if (!failure.empty()) {
+          if (r < boundary_row)  // wrong before element 2^31: not the offsets
+            FAIL_CHECK(failure);
+          else
+            FAIL_CHECK(where.str() << "row " << r << " is wrong (it reaches past element 2^31; "
+                       << "the rows before it are right).\n" << rule << "\n" << failure);
+          break;
+        }
+      }
+      const std::string overrun = y.overrun("y");
+      if (!overrun.empty()) FAIL_CHECK(where.str() << "the kernel " << overrun << ".\n" << rule);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::exception& e) {
+      FAIL_CHECK(where.str() << "the call failed: " << first_line(e) << "\n" << rule);
+      return;  // a fault is sticky: nothing more can run on this device
+    }
+  }
+}
+
+// Last: every kernel of the reference (solution and fast builds) must have run above.
+TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
+  WB_REQUIRE_GPU();
+  const std::string build = wb::coverage::this_build();
+  if (build != "solution" && build != "fast") {
+    wb::testing::mark_skipped("skipped: kernel coverage is checked on the reference builds (this is " + build + ")");
+    return;
+  }
+  if (!kCoverageRecording.empty() || wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: kernel coverage not recorded: " +
+                              (kCoverageRecording.empty() ? "quick run (WB_QUICK)" : kCoverageRecording));
+    return;
+  }
+  const std::string missing = wb::coverage::unlaunched_kernels("_ZN4ch04", "04");
+  if (!missing.empty()) FAIL_CHECK(missing);
+  std::string why_not;
+  MESSAGE("ch04 kernel coverage (" << build << " build): "
+          << wb::coverage::kernels_compiled("_ZN4ch04", &why_not).size()
+          << " kernels compiled, " << wb::coverage::kernels_run().size()
+          << " distinct kernels run in this process");
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 // saturates, and views that are not 16-byte aligned.
 #include <cuda_runtime.h>
 
+#include <exception>
 #include <functional>
+#include <sstream>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,11 +18,16 @@
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
+#include "wb/kernel_coverage.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
+
+// Every kernel this process runs is recorded from here on (the last test lists the reference's
+// kernels that no test reached).
+const std::string kCoverageRecording = wb::coverage::start_recording();
 
 using ch05::reference::check_gelu;
 using ch05::reference::gelu_tanh;
@@ -68,8 +76,11 @@ std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t 
     ~StreamGuard() { cudaStreamDestroy(s); }
   } guard{stream};
 
-  WB_CUDA(cudaMemcpy(x_buf.data() + x_offset, x.data(), n * sizeof(float),
-                     cudaMemcpyHostToDevice));
+  // On the work's stream: a cudaMemcpy from pageable memory may return before its last bytes
+  // land, and nothing orders it before work on a non-blocking stream (the GELU would then
+  // read the guard buffer's NaN poison now and then: a verdict that depends on the load).
+  WB_CUDA(cudaMemcpyAsync(x_buf.data() + x_offset, x.data(), n * sizeof(float),
+                          cudaMemcpyHostToDevice, stream));
   y_buf.poison(stream);
   scratch.poison(stream);
   if (impl == Impl::Fused)
@@ -88,21 +99,73 @@ std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t 
   return y;
 }
 
+// The first line of an exception's message: a CudaError carries a generic "hint:" line of
+// its own, and the test's hint (the rule this case probes) must be the first one.
+std::string first_line(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+std::string views_name(std::size_t x_offset, std::size_t y_offset) {
+  const auto view = [](const char* name, std::size_t offset) {
+    return std::string(name) + " + " + std::to_string(offset) +
+           (offset % 4 == 0 ? " (16-byte aligned)" : " (not 16-byte aligned)");
+  };
+  return view("x", x_offset) + ", " + view("y", y_offset);
+}
+
+// A call that throws (a CUDA error from a launch or a fault) fails the test with n, the
+// views and the rule the error points at.
+std::string explain_error(const std::exception& e, Impl impl, std::size_t n, std::size_t x_offset,
+                          std::size_t y_offset) {
+  const std::string error = first_line(e);
+  std::ostringstream m;
+  m << "ch05 " << name_of(impl) << " GELU, n = " << n << ", " << views_name(x_offset, y_offset)
+    << ", seed " << wb::base_seed() << ": the call failed: " << error << "\n";
+  if (error.find("misaligned") != std::string::npos)
+    m << "rule: x and y may be any float pointers, their alignments chosen independently.\n"
+         "hint: a float4 access needs a 16-byte aligned address: take the float4 path only when "
+         "x AND y are both 16-byte aligned (or peel scalars until both are, when they share "
+         "the same misalignment); else use scalars.";
+  else if (error.find("illegal") != std::string::npos || error.find("out of bounds") != std::string::npos)
+    m << "rule: read and write only your own elements.\nhint: guard every load and store with "
+         "i < n, and index with size_t: an int index wraps around past 2^31.";
+  else
+    m << "hint: the entry points must enqueue valid launches for any n.";
+  return m.str();
+}
+
+// One run and its check; false when it failed (already reported).
+bool check_one(Impl impl, const std::vector<float>& x, const std::string& what,
+               std::size_t x_offset = 0, std::size_t y_offset = 0) {
+  std::vector<float> y;
+  try {
+    y = run_gelu(impl, x, x_offset, y_offset);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(explain_error(e, impl, x.size(), x_offset, y_offset));
+    (void)cudaGetLastError();
+    return false;
+  }
+  const std::string failure = check_gelu(x, y, gelu_tanh(x), what);
+  if (failure.empty()) return true;
+  FAIL_CHECK(failure);
+  return false;
+}
+
 void check_sizes(Impl impl, const std::vector<std::size_t>& sizes) {
   for (const std::size_t n : sizes) {
     const std::string what = std::string(name_of(impl)) + " GELU";
-    const std::vector<float> x =
-        ch05::reference::random_inputs(n, "ch05/" + what + "/" + std::to_string(n));
-    const std::string failure = check_gelu(x, run_gelu(impl, x), gelu_tanh(x), what);
-    if (!failure.empty()) FAIL_CHECK(failure);
+    check_one(impl, ch05::reference::random_inputs(n, "ch05/" + what + "/" + std::to_string(n)), what);
   }
 }
 
 // Every remainder mod 4 (the float4 tail) and mod the block size, 1, and large.
-const std::vector<std::size_t> kSizes = {1,    2,    3,     4,      5,         7,
-                                         8,    31,   255,   256,    257,       1000,
-                                         1023, 4097, 65537, 1 << 20, (1 << 20) + 3,
-                                         (1 << 24) + 1, (1 << 24) + 2};
+const std::vector<std::size_t> kSizes = {1,    2,    3,     4,      5,         6,       7,
+                                         8,    31,   255,   256,    257,       1000,    1023,
+                                         4097, 4098, 4099,  65537,  1 << 20,   (1 << 20) + 3,
+                                         (1 << 24) + 1, (1 << 24) + 2, (1 << 24) + 3};
 
 TEST_CASE("fused GELU matches the double reference on every size") {
   WB_REQUIRE_GPU();
@@ -118,10 +181,7 @@ void check_saturation(Impl impl) {
   for (const std::size_t n : {std::size_t(4099), std::size_t(1 << 20)}) {
     const std::string what =
         std::string(name_of(impl)) + " GELU where tanh saturates (|x| from 3 to 1e30)";
-    const std::vector<float> x =
-        ch05::reference::saturating_inputs(n, "ch05/saturation/" + std::to_string(n));
-    const std::string failure = check_gelu(x, run_gelu(impl, x), gelu_tanh(x), what);
-    if (!failure.empty()) FAIL_CHECK(failure);
+    check_one(impl, ch05::reference::saturating_inputs(n, "ch05/saturation/" + std::to_string(n)), what);
   }
 }
 
@@ -172,21 +232,193 @@ TEST_CASE("bad arguments are rejected with a message that names them") {
   WB_CUDA(cudaDeviceSynchronize());
 }
 
-// Last in the file: a float4 access to a misaligned address is a sticky CUDA error that
-// ends every later test of this process.
-TEST_CASE("GELU of views that are not 16-byte aligned (x + 1, y + 3)") {
+// After the others: a float4 access to a misaligned address is a sticky CUDA error that ends
+// every later test of this process.
+TEST_CASE("GELU of views: x and y alignments chosen independently") {
   WB_REQUIRE_GPU();
-  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
-    for (const auto [x_offset, y_offset] : {std::pair<int, int>{1, 1}, {1, 3}, {0, 2}}) {
-      const std::size_t n = 100003;
-      const std::string what = std::string(name_of(impl)) + " GELU of views x + " +
-                               std::to_string(x_offset) + ", y + " + std::to_string(y_offset);
-      const std::vector<float> x = ch05::reference::random_inputs(n, "ch05/view");
-      const std::string failure =
-          check_gelu(x, run_gelu(impl, x, x_offset, y_offset), gelu_tanh(x), what);
+  // (x offset, y offset) in floats: both off, then x aligned with y off, and the reverse.
+  const std::vector<std::pair<std::size_t, std::size_t>> views = {{1, 1}, {1, 3}, {0, 2}, {1, 0},
+                                                                  {0, 1}, {2, 0}, {3, 1}};
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const auto [x_offset, y_offset] : views)
+      for (const std::size_t n : {std::size_t(7), std::size_t(100003), std::size_t(100004)}) {
+        const std::string what = std::string(name_of(impl)) + " GELU of views " +
+                                 views_name(x_offset, y_offset);
+        check_one(impl, ch05::reference::random_inputs(n, "ch05/view"), what, x_offset, y_offset);
+      }
+}
+
+// x ends exactly where mapped device memory ends (wb::InputAtEnd): a load past x[n - 1] is an
+// illegal address here, where a guard band would have hidden it.
+TEST_CASE("GELU with x at the very end of its allocation (a read past the end faults)") {
+  WB_REQUIRE_GPU();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(4096), std::size_t(4099),
+                                std::size_t(100003), std::size_t(1 << 20), std::size_t((1 << 20) + 3)}) {
+      const std::vector<float> x = ch05::reference::random_inputs(n, "ch05/at-end");
+      std::vector<float> y;
+      try {
+        wb::InputAtEnd x_buf(n);
+        x_buf.upload(x);
+        wb::GuardedBuffer<float> y_buf(n), scratch(ch05::gelu_unfused_scratch_count(n));
+        if (impl == Impl::Fused)
+          ch05::gelu_fused(x_buf.data(), y_buf.data(), n, nullptr);
+        else
+          ch05::gelu_unfused(x_buf.data(), y_buf.data(), scratch.data(), n, nullptr);
+        WB_CUDA(cudaDeviceSynchronize());
+        y = y_buf.download();
+      } catch (const wb::NotImplemented&) {
+        throw;
+      } catch (const std::exception& e) {
+        FAIL_CHECK("ch05 " << name_of(impl) << " GELU, n = " << n << ", seed " << wb::base_seed()
+                   << ": rule: read only your own elements. In this test x ends exactly where "
+                   << "mapped device memory ends, and the call failed (" << first_line(e) << "): the "
+                   << "kernel read past the end of x.\nhint: guard every load with i < n, not "
+                   << "only the stores: a thread past n must not load x[i] \"just in case\", and a "
+                   << "float4 load of the last partial pack reads past the end.");
+        return;  // sticky
+      }
+      const std::string failure = check_gelu(x, y, gelu_tanh(x), std::string(name_of(impl)) + " GELU, x at the end of its allocation");
       if (!failure.empty()) FAIL_CHECK(failure);
     }
+}
+
+// Inputs generated on the GPU (up to 8 GiB): uniform in [-6, 6) from a hash of (seed, index).
+__global__ void fill_inputs(float* x, std::size_t n, unsigned long long seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    unsigned long long h = seed + i * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    x[i] = static_cast<float>(h >> 40) * (12.0f / 16777216.0f) - 6.0f;
   }
+}
+
+// How many of y's elements still hold the poison (all bits set), and the first of them.
+__global__ void count_unwritten(const float* y, std::size_t n, unsigned long long* how_many,
+                                unsigned long long* first) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    if (__float_as_uint(y[i]) == 0xFFFFFFFFu) {
+      atomicAdd(how_many, 1ull);
+      atomicMin(first, static_cast<unsigned long long>(i));
+    }
+}
+
+// "2^30 + 5" for 1073741829.
+std::string as_power_of_two(unsigned long long i) {
+  int k = 0;
+  while (k < 63 && (1ull << (k + 1)) <= i) ++k;
+  return i == 0 ? "0" : "2^" + std::to_string(k) + " + " + std::to_string(i - (1ull << k));
+}
+
+// One large GELU: every element written (counted on the GPU), then windows at the start, at
+// 2^28, 2^30 and 2^31, at the end, and spread between, checked against the double reference.
+void check_large(Impl impl, std::size_t n, std::size_t x_offset, std::size_t y_offset) {
+  std::ostringstream where;
+  where << "ch05 " << name_of(impl) << " GELU, n = " << n << " (" << as_power_of_two(n) << "), "
+        << views_name(x_offset, y_offset) << ", seed " << wb::base_seed() << ": ";
+  const std::string rule =
+      "rule: cover every element, however large n.\nhint: a grid has at most 2^31 - 1 blocks in "
+      "x (65535 in y and z); a grid capped at some number of blocks needs a grid-stride loop, "
+      "for (size_t i = first; i < n; i += (size_t)gridDim.x * blockDim.x), and indices must be "
+      "size_t: an int wraps around at 2^31.";
+  try {
+    wb::DeviceBuffer<float> x(n + x_offset);
+    wb::GuardedBuffer<float> y(n + y_offset);
+    wb::GuardedBuffer<float> scratch(impl == Impl::Unfused ? ch05::gelu_unfused_scratch_count(n) : 0);
+    fill_inputs<<<4096, 256>>>(x.data() + x_offset, n, wb::base_seed());
+    WB_CHECK_LAUNCH("fill_inputs");
+    if (impl == Impl::Fused)
+      ch05::gelu_fused(x.data() + x_offset, y.data() + y_offset, n, nullptr);
+    else
+      ch05::gelu_unfused(x.data() + x_offset, y.data() + y_offset, scratch.data(), n, nullptr);
+    WB_CUDA(cudaDeviceSynchronize());
+    wb::DeviceBuffer<unsigned long long> stats(2);
+    const unsigned long long init[2] = {0, ~0ull};
+    WB_CUDA(cudaMemcpy(stats.data(), init, sizeof init, cudaMemcpyHostToDevice));
+    count_unwritten<<<4096, 256>>>(y.data() + y_offset, n, stats.data(), stats.data() + 1);
+    WB_CHECK_LAUNCH("count_unwritten");
+    const std::vector<unsigned long long> unwritten = stats.download();
+    if (unwritten[0] > 0) {
+      FAIL_CHECK(where.str() << unwritten[0] << " of the " << n << " outputs were not written; the "
+                 << "first is y[" << unwritten[1] << "] = y[" << as_power_of_two(unwritten[1])
+                 << "]: elements past the grid's reach were never processed.\n" << rule);
+      return;
+    }
+    constexpr std::size_t kWindow = 8192;
+    std::vector<std::size_t> starts = {0, (1ull << 28) - kWindow / 2, (1ull << 30) - kWindow / 2,
+                                       (1ull << 31) - kWindow / 2, n - kWindow};
+    for (int i = 1; i < 8; ++i) starts.push_back(n / 8 * i);
+    for (const std::size_t start : starts) {
+      if (start + kWindow > n) continue;
+      std::vector<float> xs(kWindow), ys(kWindow);
+      WB_CUDA(cudaMemcpy(xs.data(), x.data() + x_offset + start, kWindow * sizeof(float), cudaMemcpyDeviceToHost));
+      WB_CUDA(cudaMemcpy(ys.data(), y.data() + y_offset + start, kWindow * sizeof(float), cudaMemcpyDeviceToHost));
+      const std::string failure =
+          check_gelu(xs, ys, gelu_tanh(xs), std::string(name_of(impl)) + " GELU, elements from " + as_power_of_two(start));
+      if (!failure.empty()) {
+        if (start == 0)  // wrong from the first element on: the formula, not the reach
+          FAIL_CHECK(failure);
+        else
+          FAIL_CHECK(where.str() << "the outputs from y[" << as_power_of_two(start)
+                     << "] on are wrong (those before are right).\n" << rule << "\n" << failure);
+        return;
+      }
+    }
+    const std::string overrun = y.overrun("y");
+    if (!overrun.empty()) FAIL_CHECK(where.str() << "the kernel " << overrun << ".\n" << rule);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(where.str() << "the call failed: " << first_line(e) << "\n" << rule);
+    throw;  // a fault is sticky: nothing more can run on this device
+  }
+}
+
+TEST_CASE("GELU past 2^30 and 2^31 elements (a capped grid, an int index)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^30- and 2^31-element cases are left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t past_2_30 = (1ull << 30) + 4099, past_2_31 = (1ull << 31) + 3;
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const auto [x_offset, y_offset] : {std::pair<std::size_t, std::size_t>{0, 0}, {1, 3}})
+      check_large(impl, past_2_30, x_offset, y_offset);
+  // The fused GELU only past 2^31 (the unfused one would need 4 buffers of 8 GiB).
+  if (free_bytes < 2 * past_2_31 * sizeof(float) + (2ull << 30)) {
+    wb::testing::record_note("the 2^31-element case was left out: it needs 18 GB of free device memory, this GPU has " +
+                             std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  for (const auto [x_offset, y_offset] : {std::pair<std::size_t, std::size_t>{0, 0}, {1, 0}})
+    check_large(Impl::Fused, past_2_31, x_offset, y_offset);
+}
+
+// Last: every kernel of the reference (solution and fast builds) must have run above.
+TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
+  WB_REQUIRE_GPU();
+  const std::string build = wb::coverage::this_build();
+  if (build != "solution" && build != "fast") {
+    wb::testing::mark_skipped("skipped: kernel coverage is checked on the reference builds (this is " + build + ")");
+    return;
+  }
+  if (!kCoverageRecording.empty() || wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: kernel coverage not recorded: " +
+                              (kCoverageRecording.empty() ? "quick run (WB_QUICK)" : kCoverageRecording));
+    return;
+  }
+  const std::string missing = wb::coverage::unlaunched_kernels("_ZN4ch05", "05");
+  if (!missing.empty()) FAIL_CHECK(missing);
+  std::string why_not;
+  MESSAGE("ch05 kernel coverage (" << build << " build): "
+          << wb::coverage::kernels_compiled("_ZN4ch05", &why_not).size()
+          << " kernels compiled, " << wb::coverage::kernels_run().size()
+          << " distinct kernels run in this process");
 }
 
 }  // namespace

@@ -97,4 +97,33 @@ class GuardedBuffer {
   DeviceBuffer<unsigned char> raw_;
 };
 
+// An input that ends exactly where mapped device memory ends. Guard bands make a read past
+// the end harmless (it reads the pattern); here the page after the last element is reserved
+// but not mapped, so a kernel that reads even one float past the end of the input (a row
+// tail loaded "just in case", a load before its bounds check) gets an illegal-address
+// error instead of a right answer. Device memory through CUDA's virtual memory API, reached
+// via cudaGetDriverEntryPointByVersion (no link to the driver library needed).
+//
+// The end is 2 MiB-aligned, so data() is 16-byte aligned when count % 4 == 0.
+class InputAtEnd {
+ public:
+  explicit InputAtEnd(std::size_t count);
+  ~InputAtEnd();
+  InputAtEnd(const InputAtEnd&) = delete;
+  InputAtEnd& operator=(const InputAtEnd&) = delete;
+
+  float* data() { return data_; }
+  std::size_t size() const { return count_; }
+  void upload(std::span<const float> host);
+  std::vector<float> download() const;
+
+ private:
+  std::size_t count_ = 0;
+  std::size_t mapped_ = 0;    // bytes mapped, a multiple of the granularity
+  std::size_t reserved_ = 0;  // mapped_ + one unmapped granule
+  unsigned long long base_ = 0;
+  unsigned long long handle_ = 0;
+  float* data_ = nullptr;
+};
+
 }  // namespace wb
