@@ -360,7 +360,10 @@ std::string occupancy_limiter(const KernelLaunch& k) {
     int which;
   };
   std::vector<Limit> limits = {{k.limit_registers, 0}, {k.limit_shared_mem, 1}, {k.limit_warps, 2}, {k.limit_blocks, 3}};
-  limits.erase(std::remove_if(limits.begin(), limits.end(), [](const Limit& l) { return std::isnan(l.blocks); }),
+  // Without shared memory, ncu still reports its limit (the blocks-per-SM cap): never the cause then.
+  const bool uses_shared = k.shared_static_bytes + k.shared_dynamic_bytes > 0;
+  limits.erase(std::remove_if(limits.begin(), limits.end(),
+                              [&](const Limit& l) { return std::isnan(l.blocks) || (l.which == 1 && !uses_shared); }),
                limits.end());
   if (limits.empty()) return "";
   const Limit low = *std::min_element(limits.begin(), limits.end(),

@@ -84,7 +84,7 @@ TEST_CASE("parse_ncu_csv: chapter 05's recorded profile (GELU, unfused and fused
   const auto launches = parse_ncu_csv(recorded("ncu_05_fused_gelu_solution.csv"));
   REQUIRE(launches.size() == 28);
   const KernelLaunch& first = launches.front();
-  CHECK(first.short_name == "unary_kernel<Cube>");
+  CHECK(first.short_name == "unary_kernel<Scale>");  // the first launch kept of the unfused GELU
   CHECK(first.device == "NVIDIA H200");
   CHECK(first.grid_dims == "16384");
   CHECK(first.block_dims == "256");
@@ -183,7 +183,15 @@ TEST_CASE("parse_ncu_csv: malformed input is refused with the line and column") 
   }
   SUBCASE("a row cut short") {
     const std::string cut = good.substr(0, good.find('\n', good.find('\n', good.find('\n') + 1) + 1) + 200);
-    CHECK_THROWS_WITH_AS(parse_ncu_csv(cut), doctest::Contains("ncu CSV line 3"), NcuCsvError);
+    CHECK_THROWS_WITH_AS(parse_ncu_csv(cut), doctest::Contains("ncu CSV line 4"), NcuCsvError);  // the second launch
+  }
+  SUBCASE("a row with a field too few") {
+    std::string short_row = good;
+    const auto row3 = short_row.find('\n', short_row.find('\n') + 1) + 1;
+    const auto end3 = short_row.find('\n', row3);
+    short_row.erase(short_row.rfind(",\"", end3), end3 - short_row.rfind(",\"", end3));
+    CHECK_THROWS_WITH_AS(parse_ncu_csv(short_row), doctest::Contains("ncu CSV line 3: 104 fields where the header has 105"),
+                         NcuCsvError);
   }
   SUBCASE("a metric column missing") {
     std::string renamed = good;
@@ -253,7 +261,8 @@ TEST_CASE("interpret: one line naming what bounds the kernel, with its figure") 
     k.shared_static_bytes = 48e3;
     k.shared_dynamic_bytes = 50e3;
     CHECK(occupancy_limiter(k) == "98.0 KB of shared memory per block allow only 2 blocks per SM");
-    k.limit_shared_mem = 32;
+    k.limit_shared_mem = 32;  // what ncu reports without shared memory
+    k.shared_static_bytes = k.shared_dynamic_bytes = 0;
     k.block_size = 32;
     k.limit_registers = 64;
     k.limit_warps = 64;
