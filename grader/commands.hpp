@@ -11,6 +11,7 @@ void register_bench(CLI::App& app);
 void register_report(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_lessons(CLI::App& app);     // fill lesson numbers from results files
+void register_profile(CLI::App& app);     // a chapter's kernels under Nsight Compute
 
 void register_all(CLI::App& app);
 void set_exit_code(int code);

@@ -17,6 +17,7 @@ void register_all(CLI::App& app) {
   register_report(app);
   register_generate(app);
   register_lessons(app);
+  register_profile(app);
 }
 
 }  // namespace wb::cli
