@@ -125,8 +125,9 @@ void matvec_naive(float* out, const float* x, const float* W, int n, int d) {
   WB_CUDA(cudaMalloc(&d_W, w_bytes));
   WB_CUDA(cudaMalloc(&d_x, x_bytes));
   WB_CUDA(cudaMalloc(&d_y, y_bytes));
-  // cudaMemcpy from pageable host memory: the driver stages it through a pinned buffer and
-  // returns when the copy is done. Every call moves all of W over PCIe again.
+  // cudaMemcpy from pageable host memory: the driver copies it into a pinned staging buffer
+  // on the CPU and DMAs it from there, returning once the last of it is staged (later work
+  // on the stream waits for the DMA). Every call moves all of W over PCIe again.
   WB_CUDA(cudaMemcpy(d_W, W, w_bytes, cudaMemcpyHostToDevice));
   WB_CUDA(cudaMemcpy(d_x, x, x_bytes, cudaMemcpyHostToDevice));
   launch_matvec(d_y, d_x, d_W, n, d, nullptr);
