@@ -7,6 +7,11 @@
 #   - one test executable per entry in "tests":  test_<NN>_<kind>_<build>
 #     registered with CTest as  <NN>.<kind>.<build>  with labels
 #     ch<NN>;<gpu|cpu>;<kind>;<build>  and SKIP_RETURN_CODE 77.
+# A chapter with a directory solutions/<slug>/fast/ also gets the build "fast" (whenever
+# WB_BUILDS has solution or fast): the record-speed variant kept beside the readable reference,
+# each editable file taken from fast/ where present and from solutions/<slug>/ otherwise;
+# library ch<NN>_fast, tests <NN>.<kind>.fast (label fast), bench_<NN>_fast. It runs every
+# test the solution runs.
 # Each entry of "wrong" (known-wrong versions of an editable file, kept under
 # tests/<slug>/wrong/) is built against one test and registered as  <NN>.wrong.<name>: it
 # passes when the test binary's output matches its "expect" regular expression, i.e. when
@@ -154,15 +159,31 @@ function(wb_add_chapter dir)
   string(JSON ntests LENGTH "${tests_json}")
   math(EXPR last_test "${ntests} - 1")
 
-  foreach(build IN LISTS WB_BUILDS)
-    if(build STREQUAL "solution")
-      set(src_root "${PROJECT_SOURCE_DIR}/solutions/${slug}")
-    else()
+  # The builds of this chapter: WB_BUILDS, plus "fast" where the chapter has a fast variant.
+  set(builds ${WB_BUILDS})
+  list(REMOVE_ITEM builds fast)
+  set(fast_root "${PROJECT_SOURCE_DIR}/solutions/${slug}/fast")
+  if(IS_DIRECTORY "${PROJECT_SOURCE_DIR}/solutions/${slug}")
+    # Adding or removing fast/ changes this directory: reconfigure then.
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/solutions/${slug}")
+  endif()
+  if(IS_DIRECTORY "${fast_root}" AND ("solution" IN_LIST WB_BUILDS OR "fast" IN_LIST WB_BUILDS))
+    list(APPEND builds fast)
+  endif()
+
+  foreach(build IN LISTS builds)
+    if(build STREQUAL "student")
       set(src_root "${WB_STUDENT_ROOT}/${slug}")
+    else()
+      set(src_root "${PROJECT_SOURCE_DIR}/solutions/${slug}")
     endif()
     set(sources "")
     foreach(f IN LISTS editable)
-      list(APPEND sources "${src_root}/${f}")
+      if(build STREQUAL "fast" AND EXISTS "${fast_root}/${f}")
+        list(APPEND sources "${fast_root}/${f}")  # the fast variant of this file
+      else()
+        list(APPEND sources "${src_root}/${f}")
+      endif()
     endforeach()
     set(lib ch${id}_${build})
     add_library(${lib} STATIC ${sources} ${support})
@@ -204,7 +225,7 @@ function(wb_add_chapter dir)
   # The chapter's bench program (its own main): bench_<NN>_<build>.
   string(JSON bench_file ERROR_VARIABLE no_bench GET "${j}" bench)
   if(NOT no_bench)
-    foreach(build IN LISTS WB_BUILDS)
+    foreach(build IN LISTS builds)
       add_executable(bench_${id}_${build} "${PROJECT_SOURCE_DIR}/${dir}/${bench_file}")
       target_link_libraries(bench_${id}_${build} PRIVATE ch${id}_${build} wb::cli11)
       set_target_properties(bench_${id}_${build} PROPERTIES

@@ -4,8 +4,9 @@
 //
 // Step 3: one thread per element, the whole formula in registers: x read once, y written
 // once. Step 4: make it run at copy speed: float4 (16-byte) loads and stores where x and y
-// are 16-byte aligned, a scalar loop for the last n % 4 elements, several loads in flight
-// per thread, and a grid-stride loop over a grid that fills the GPU once.
+// are 16-byte aligned, a scalar path for the last n % 4 elements (and for views that are
+// not aligned), and enough blocks for one float4 per thread (so every SM is full of
+// threads, each with its load in flight), with a grid-stride loop so any n works.
 #include <cuda_runtime.h>
 
 #include <cmath>
