@@ -79,9 +79,12 @@ __device__ RowStats row_stats(const float (&d)[N], int dim, Norm norm, float eps
 }
 
 // Rows of up to blockDim.x * kMaxPerThread values: the row stays in registers.
+// __restrict__: x, delta, r and h never overlap (the API says so), which lets the compiler
+// keep every load in flight instead of ordering each one after the store before it.
 template <typename T>
-__global__ void add_norm_kernel(const float* x, const T* delta, float* r, T* h, int dim,
-                                NormParams params) {
+__global__ void __launch_bounds__(kMaxThreads)
+    add_norm_kernel(const float* __restrict__ x, const T* __restrict__ delta,
+                    float* __restrict__ r, T* __restrict__ h, int dim, NormParams params) {
   __shared__ float warp_partials[kMaxThreads / 32];
   const std::size_t row_start = static_cast<std::size_t>(blockIdx.x) * dim;
   x += row_start;
@@ -89,15 +92,20 @@ __global__ void add_norm_kernel(const float* x, const T* delta, float* r, T* h, 
   r += row_start;
   h += row_start;
 
-  // Pass 1: r = x + delta, stored once, kept in registers relative to the pivot.
+  // Pass 1: r = x + delta. Every load of the thread is issued before any store, so all of
+  // them are in flight at once (memory latency is paid once, not once per value); r is
+  // stored once and kept in registers relative to the pivot.
   const float pivot = params.norm == Norm::LayerNorm ? x[0] + to_float(delta[0]) : 0.0f;
   float d[kMaxPerThread];
   for (int k = 0; k < kMaxPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
+    if (i < dim) d[k] = x[i] + to_float(delta[i]);
+  }
+  for (int k = 0; k < kMaxPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
     if (i < dim) {
-      const float sum = x[i] + to_float(delta[i]);
-      r[i] = sum;
-      d[k] = sum - pivot;
+      r[i] = d[k];
+      d[k] -= pivot;
     }
   }
   const RowStats stats = row_stats(d, dim, params.norm, params.eps, warp_partials);
