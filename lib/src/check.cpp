@@ -15,10 +15,14 @@ const char* hint_for(cudaError_t code) {
              "compute-sanitizer to get the line";
     case cudaErrorInvalidConfiguration:
       return "the launch configuration is impossible: more than 1024 threads per block, a grid "
-             "dimension of 0, or more shared memory than the device allows";
+             "dimension of 0, a grid.y or grid.z of more than 65535 blocks (put the large "
+             "dimension in grid.x, whose limit is 2^31 - 1), or more shared memory than the "
+             "device allows";
     case cudaErrorInvalidValue:
       return "an argument is out of range: a null or host pointer where a device pointer was "
-             "expected, a size of 0, or a copy larger than its allocation";
+             "expected, a size of 0, a copy larger than its allocation, or a launch with a "
+             "grid.y or grid.z of more than 65535 blocks (put the large dimension in grid.x, "
+             "whose limit is 2^31 - 1)";
     case cudaErrorMemoryAllocation:
       return "the device is out of memory: free buffers you no longer need (or stop "
              "allocating on every call)";
