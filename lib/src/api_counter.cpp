@@ -30,14 +30,31 @@ struct Totals {
 Totals g_totals;
 CUpti_SubscriberHandle g_subscriber = nullptr;
 bool g_available = false;
-std::string g_reason = "not initialized";
+// Constructed on first use: a test may subscribe from a static initializer (so that every
+// allocation of the process is seen with its size), before this file's globals would be.
+std::string& g_reason() {
+  static std::string reason = "not initialized";
+  return reason;
+}
 // Our own cudaPointerGetAttributes calls (to classify cudaMemcpyDefault) re-enter the
 // callback; they must not be counted.
 thread_local int g_inside_callback = 0;
 
 // Live allocations and their sizes: device, pinned host, registered host ranges.
 std::mutex g_sizes_mutex;
-std::unordered_map<const void*, std::size_t> g_device_sizes, g_host_sizes, g_registered_sizes;
+using Sizes = std::unordered_map<const void*, std::size_t>;
+Sizes& device_sizes() {
+  static Sizes sizes;
+  return sizes;
+}
+Sizes& host_sizes() {
+  static Sizes sizes;
+  return sizes;
+}
+Sizes& registered_sizes() {
+  static Sizes sizes;
+  return sizes;
+}
 
 void remember(std::unordered_map<const void*, std::size_t>& sizes, const void* p, std::size_t bytes) {
   std::lock_guard lock(g_sizes_mutex);
@@ -55,12 +72,15 @@ std::size_t forget(std::unordered_map<const void*, std::size_t>& sizes, const vo
 // The running trace (at most one).
 std::mutex g_trace_mutex;
 std::atomic<bool> g_tracing{false};
-std::vector<ApiTraceEntry> g_trace;
+std::vector<ApiTraceEntry>& g_trace() {
+  static std::vector<ApiTraceEntry> trace;
+  return trace;
+}
 
 void trace(ApiTraceEntry e) {
   if (!g_tracing.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(g_trace_mutex);
-  if (g_tracing) g_trace.push_back(e);
+  if (g_tracing) g_trace().push_back(e);
 }
 void trace(ApiCall call, const void* handle = nullptr, cudaStream_t stream = nullptr,
            const void* handle2 = nullptr) {
@@ -112,7 +132,7 @@ void count_copy2d_params(const CUpti_CallbackData* info) {
 void device_alloc(const void* p, std::size_t bytes) {
   g_totals.mallocs++;
   g_totals.malloc_bytes += bytes;
-  remember(g_device_sizes, p, bytes);
+  remember(device_sizes(), p, bytes);
   trace(ApiCall::Malloc, p);
 }
 
@@ -122,7 +142,7 @@ void device_free(const void* p) {
     return;
   }
   g_totals.frees++;
-  g_totals.free_bytes += forget(g_device_sizes, p);
+  g_totals.free_bytes += forget(device_sizes(), p);
   trace(ApiCall::Free, p);
 }
 
@@ -176,34 +196,34 @@ void count_call(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
       const auto& p = params<cudaMallocHost_v3020_params>(info);
       g_totals.host_allocs++;
       g_totals.host_alloc_bytes += p.size;
-      remember(g_host_sizes, *p.ptr, p.size);
+      remember(host_sizes(), *p.ptr, p.size);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
       const auto& p = params<cudaHostAlloc_v3020_params>(info);
       g_totals.host_allocs++;
       g_totals.host_alloc_bytes += p.size;
-      remember(g_host_sizes, *p.pHost, p.size);
+      remember(host_sizes(), *p.pHost, p.size);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020: {
       const void* ptr = params<cudaFreeHost_v3020_params>(info).ptr;
       if (ptr == nullptr) break;
       g_totals.host_frees++;
-      g_totals.host_free_bytes += forget(g_host_sizes, ptr);
+      g_totals.host_free_bytes += forget(host_sizes(), ptr);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000: {
       const auto& p = params<cudaHostRegister_v4000_params>(info);
       g_totals.host_registers++;
       g_totals.host_register_bytes += p.size;
-      remember(g_registered_sizes, p.ptr, p.size);
+      remember(registered_sizes(), p.ptr, p.size);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaHostUnregister_v4000: {
       const void* ptr = params<cudaHostUnregister_v4000_params>(info).ptr;
       g_totals.host_unregisters++;
-      g_totals.host_unregister_bytes += forget(g_registered_sizes, ptr);
+      g_totals.host_unregister_bytes += forget(registered_sizes(), ptr);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
@@ -361,20 +381,20 @@ void subscribe_once() {
     if (r != CUPTI_SUCCESS) {
       const char* text = nullptr;
       cuptiGetResultString(r, &text);
-      g_reason = std::string("CUPTI subscription failed: ") + (text ? text : "unknown") +
+      g_reason() = std::string("CUPTI subscription failed: ") + (text ? text : "unknown") +
                  " (a profiler may already be attached)";
       return;
     }
     // Only the calls we count: every other runtime call runs without a callback.
     for (CUpti_CallbackId cbid : kCountedCalls) {
       if (cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid) != CUPTI_SUCCESS) {
-        g_reason = "CUPTI could not enable a runtime API callback";
+        g_reason() = "CUPTI could not enable a runtime API callback";
         cuptiUnsubscribe(g_subscriber);
         return;
       }
     }
     g_available = true;
-    g_reason.clear();
+    g_reason().clear();
   });
 }
 
@@ -438,7 +458,7 @@ bool ApiCounter::available() {
 
 std::string ApiCounter::unavailable_reason() {
   subscribe_once();
-  return g_reason;
+  return g_reason();
 }
 
 ApiCounter::ApiCounter() {
@@ -458,7 +478,7 @@ ApiTrace::ApiTrace() {
   subscribe_once();
   std::lock_guard lock(g_trace_mutex);
   if (g_tracing) throw std::logic_error("wb::ApiTrace: only one trace may run at a time");
-  g_trace.clear();
+  g_trace().clear();
   g_tracing = true;
 }
 
@@ -469,7 +489,7 @@ ApiTrace::~ApiTrace() {
 
 std::vector<ApiTraceEntry> ApiTrace::entries() const {
   std::lock_guard lock(g_trace_mutex);
-  return g_trace;
+  return g_trace();
 }
 
 std::string ApiTrace::codes() const {
