@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "wb/api_counter.hpp"
 #include "wb/check.hpp"
 #include "wb/device.hpp"
 #include "wb/timing.hpp"
@@ -25,6 +26,7 @@ Work Probe::work() {
   return [this](cudaStream_t s) {
     if (s != stream) ++calls_on_other_streams;
     call_log().order += 'W';
+    wb::ApiTrace::note('W');  // in order with the timer's CUDA calls, when a test traces them
     wb::launch_spin_kernel(duration_us(calls) * 1e3, s);
     ++calls;
   };
@@ -49,6 +51,7 @@ void flush_l2(cudaStream_t stream) {
   }
   auto& log = support::call_log();
   log.order += 'F';
+  wb::ApiTrace::note('F');
   if (stream != log.expected_stream) ++log.flushes_on_other_streams;
   wb::flush_l2(buffer, bytes, stream);
 }

@@ -1,11 +1,17 @@
 // Chapter 00, correctness: your timer against work whose true duration is known.
 // Each check names the rule (README.md, "The rules") a wrong timer breaks.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "support.hpp"
 #include "timer.cuh"
+#include "wb/api_counter.hpp"
+#include "wb/check.hpp"
 #include "wb/testing.hpp"
 
 using ch00::support::Probe;
@@ -118,4 +124,314 @@ TEST_CASE("reports the median of its samples (rule 6)") {
          << "reported " << ms(got) << ", the minimum (or a single lucky sample), not the median (1.0 ms).\n"
          << "hint: keep every sample, sort them and take the middle one.");
   CHECK(got == doctest::Approx(1.0).epsilon(0.05));
+}
+
+// ---- The timer's log: what it did, in order, checked against the options it was given.
+//
+// CUPTI (wb::ApiTrace) logs the timer's CUDA calls: events created, recorded (and on which
+// stream), synchronized, read and destroyed, stream and device synchronizations; the probe
+// work and flush_l2 add their own marks ('W', 'F') in the same order. Each option must show
+// in the log (warmup: untimed calls; samples: timed calls; cold_cache: a flush before every
+// sample, none otherwise), and so must each rule (nothing synchronizes between a sample's
+// start and stop events; every event created is destroyed).
+namespace {
+
+using wb::ApiCall;
+using wb::ApiTraceEntry;
+
+bool is_sync(const ApiTraceEntry& e) {
+  return e.call == ApiCall::StreamSync || e.call == ApiCall::DeviceSync || e.call == ApiCall::EventSync;
+}
+bool is_mark(const ApiTraceEntry& e, char c) { return e.call == ApiCall::Note && e.note == c; }
+
+std::string options_string(const ch00::TimerOptions& o) {
+  return "options {warmup = " + std::to_string(o.warmup) + ", samples = " + std::to_string(o.samples) +
+         ", cold_cache = " + (o.cold_cache ? "true" : "false") + "}";
+}
+
+// The log, as the message shows it: W work, F flush_l2, C/D event create/destroy, R record,
+// e event synchronize, S stream synchronize, Y device synchronize, E elapsed-time read.
+std::string shown(const std::vector<ApiTraceEntry>& t) {
+  std::string s;
+  for (const ApiTraceEntry& e : t)
+    if (e.call != ApiCall::Launch && e.call != ApiCall::Memcpy && e.call != ApiCall::Malloc && e.call != ApiCall::Free)
+      s += e.code();
+  if (s.size() > 160) s = s.substr(0, 160) + "...";
+  return "your timer's log (W work, F flush_l2, C/D event create/destroy, R event record, e event "
+         "synchronize, S stream synchronize, Y device synchronize, E elapsed-time read): " + s;
+}
+
+// The first rule the log breaks, as a test message; empty when it obeys every one.
+std::string check_timer_log(const std::vector<ApiTraceEntry>& t, const ch00::TimerOptions& opt,
+                            cudaStream_t stream) {
+  const std::string given = options_string(opt);
+  std::vector<std::size_t> works, records;
+  int flushes = 0, creates = 0, destroys = 0, elapsed = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (is_mark(t[i], 'W')) works.push_back(i);
+    if (is_mark(t[i], 'F')) ++flushes;
+    if (t[i].call == ApiCall::EventRecord) records.push_back(i);
+    creates += t[i].call == ApiCall::EventCreate;
+    destroys += t[i].call == ApiCall::EventDestroy;
+    elapsed += t[i].call == ApiCall::ElapsedTime;
+  }
+  std::ostringstream m;
+  if (creates != destroys) {
+    m << "rule: destroy what you create (CUDA events). One call of your timer created " << creates
+      << " events and destroyed " << destroys << ": every call leaks " << creates - destroys
+      << " of them, and a benchmark calls its timer thousands of times.\n" << shown(t)
+      << "\nhint: cudaEventDestroy each event you cudaEventCreate before returning (two events, "
+         "reused for every sample, are enough).";
+    return m.str();
+  }
+  if (!opt.cold_cache && flushes > 0) {
+    m << "rule 5 (cold cache): with cold_cache = false your timer called flush_l2 " << flushes
+      << " times. A hot measurement must find the data where the previous call left it.\n"
+      << shown(t) << "\nhint: if (options.cold_cache) flush_l2(stream);";
+    return m.str();
+  }
+  const int asked = opt.warmup + opt.samples;
+  // The mark (W or F) before entry i, or 0.
+  auto previous_mark = [&](std::size_t i) -> char {
+    while (i-- > 0)
+      if (t[i].call == ApiCall::Note) return t[i].note;
+    return 0;
+  };
+  if (elapsed == 0) {
+    // A host-clock timer: each sample is work(stream) between two synchronizations.
+    if (int(works.size()) != asked) {
+      m << "rule 2 and rule 6 (the options are the contract): " << given << " ask for "
+        << opt.warmup << " untimed calls and " << opt.samples << " timed ones, " << asked
+        << " calls of the work; your timer made " << works.size() << ".\n" << shown(t)
+        << "\nhint: loop options.warmup times, then options.samples times, with no other calls.";
+      return m.str();
+    }
+    for (int k = 0; k < opt.samples; ++k) {
+      const std::size_t w = works[std::size_t(opt.warmup + k)];
+      const std::size_t prev_w = k + opt.warmup > 0 ? works[std::size_t(opt.warmup + k - 1)] : 0;
+      const std::size_t next_w = k + 1 < opt.samples ? works[std::size_t(opt.warmup + k + 1)] : t.size();
+      bool before = false, after = false;
+      for (std::size_t i = prev_w; i < w; ++i) before |= is_sync(t[i]);
+      for (std::size_t i = w + 1; i < next_w; ++i) after |= is_sync(t[i]);
+      if (!before || !after) {
+        m << "rule 3 (time the device, not the launch): your timer reads no CUDA events, so it times "
+             "with a host clock, but sample " << k + 1 << " of " << opt.samples << " has no synchronize "
+          << (before ? "after" : "before") << " its work.\n" << shown(t)
+          << "\nhint: a host clock measures the device only between cudaStreamSynchronize(stream) "
+             "calls: synchronize, read the clock, work(stream), synchronize, read the clock.";
+        return m.str();
+      }
+      if (opt.cold_cache && previous_mark(w) != 'F') {
+        m << "rule 5 (cold cache): cold_cache was true, but sample " << k + 1 << " of " << opt.samples
+          << " was not preceded by flush_l2.\n" << shown(t)
+          << "\nhint: if (options.cold_cache) flush_l2(stream); before every sample.";
+        return m.str();
+      }
+    }
+    return "";
+  }
+  // An event timer: a sample is one call of the work between a start and a stop record.
+  auto record_before = [&](std::size_t i) -> std::ptrdiff_t {
+    while (i-- > 0)
+      if (t[i].call == ApiCall::EventRecord) return std::ptrdiff_t(i);
+    return -1;
+  };
+  auto record_after = [&](std::size_t i) -> std::ptrdiff_t {
+    for (++i; i < t.size(); ++i)
+      if (t[i].call == ApiCall::EventRecord) return std::ptrdiff_t(i);
+    return -1;
+  };
+  int untimed_before_first_record = 0, timed = 0, batched = 0;
+  for (std::size_t w : works) {
+    const std::ptrdiff_t start = record_before(w), stop = record_after(w);
+    if (start < 0) {
+      ++untimed_before_first_record;
+      continue;
+    }
+    if (stop < 0) continue;
+    int works_inside = 0;
+    for (std::ptrdiff_t i = start + 1; i < stop; ++i) works_inside += is_mark(t[std::size_t(i)], 'W');
+    if (works_inside > 1) {
+      ++batched;
+      continue;
+    }
+    ++timed;
+    const ApiTraceEntry& a = t[std::size_t(start)];
+    const ApiTraceEntry& b = t[std::size_t(stop)];
+    if (a.stream != stream || b.stream != stream) {
+      m << "rule 3 (time the device, not the launch): sample " << timed << " was timed between events recorded on stream "
+        << (a.stream != stream ? a.stream : b.stream) << ", but the work runs on stream " << stream
+        << ". An event on another stream does not wait for this stream's work.\n" << shown(t)
+        << "\nhint: cudaEventRecord(start, stream) and cudaEventRecord(stop, stream), with the stream "
+           "you were given.";
+      return m.str();
+    }
+    for (std::ptrdiff_t i = start + 1; i < stop; ++i) {
+      const ApiTraceEntry& e = t[std::size_t(i)];
+      if (is_sync(e)) {
+        m << "rule 4 (nothing escapes the timed region, nothing synchronizes inside it): between the start "
+             "and stop events of sample " << timed << " your timer called "
+          << (e.call == ApiCall::StreamSync ? "cudaStreamSynchronize"
+              : e.call == ApiCall::DeviceSync ? "cudaDeviceSynchronize" : "cudaEventSynchronize")
+          << ". The host waits there, so the stop event is recorded late and everything the host does "
+             "meanwhile is inside the sample.\n" << shown(t)
+          << "\nhint: record start, call work(stream), record stop; synchronize on the stop event only "
+             "after recording it.";
+        return m.str();
+      }
+      if (is_mark(e, 'F')) {
+        m << "rule 5 (cold cache, outside the timed region): flush_l2 ran between the start and stop "
+             "events of sample " << timed << ", inside the timed region: the sample measures the flush too.\n"
+          << shown(t) << "\nhint: flush first, then record the start event.";
+        return m.str();
+      }
+    }
+    if (opt.cold_cache && previous_mark(std::size_t(start)) != 'F') {
+      m << "rule 5 (cold cache): cold_cache was true, but sample " << timed << " of " << opt.samples
+        << " was not preceded by flush_l2 (outside its start and stop events).\n" << shown(t)
+        << "\nhint: if (options.cold_cache) flush_l2(stream); before recording each start event.";
+      return m.str();
+    }
+  }
+  if (untimed_before_first_record != opt.warmup) {
+    m << "rule 2 (warm up): " << given << " ask for " << opt.warmup
+      << " untimed calls before the first sample; your timer made " << untimed_before_first_record
+      << ". The warmup count is an option: too few leaves first-call costs in the samples, extra ones are "
+         "work nobody asked for.\n" << shown(t)
+      << "\nhint: for (int i = 0; i < options.warmup; ++i) work(stream); then synchronize.";
+    return m.str();
+  }
+  if (timed != opt.samples || batched > 0) {
+    m << "rule 6 (many samples): " << given << " ask for " << opt.samples
+      << " samples, each one call of the work between its own start and stop events; your timer timed "
+      << timed << " calls one by one";
+    if (batched > 0) m << " and " << batched << " calls in groups (a group's time over its size is a mean)";
+    m << ".\n" << shown(t) << "\nhint: loop options.samples times: record start, work(stream), record stop.";
+    return m.str();
+  }
+  if (elapsed < opt.samples) {
+    m << "rule 6 (many samples): " << opt.samples << " samples need " << opt.samples
+      << " elapsed-time readings; your timer read cudaEventElapsedTime " << elapsed << " times.\n" << shown(t)
+      << "\nhint: one cudaEventElapsedTime(&ms, start, stop) per sample, kept in a vector.";
+    return m.str();
+  }
+  if (int(works.size()) != asked) {
+    m << "rule 2 and rule 6 (the options are the contract): " << given << " ask for " << asked
+      << " calls of the work in all; your timer made " << works.size() << ".\n" << shown(t)
+      << "\nhint: no calls of the work besides the warmup and the samples.";
+    return m.str();
+  }
+  return "";
+}
+
+bool tracing_or_skip() {
+  if (wb::ApiCounter::available()) return true;
+  wb::testing::mark_skipped("skipped: CUDA API tracing is unavailable (" + wb::ApiCounter::unavailable_reason() + ")");
+  return false;
+}
+
+// The median of the values, as a timer should compute it (the two middle ones averaged for
+// an even count, though the probes use odd counts so every convention agrees).
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+TEST_CASE("does what its options say: warmup, samples, cold cache, events (the timer's log)") {
+  WB_REQUIRE_GPU();
+  if (!tracing_or_skip()) return;
+  TestStream stream;
+  // The flush buffer is allocated on the first flush: not the timer's doing.
+  ch00::flush_l2(stream.get());
+  WB_CUDA(cudaStreamSynchronize(stream.get()));
+  const ch00::TimerOptions option_sets[] = {
+      {.warmup = 1, .samples = 5, .cold_cache = false},
+      {.warmup = 4, .samples = 7, .cold_cache = true},
+      {.warmup = 2, .samples = 12, .cold_cache = false},
+      {.warmup = 6, .samples = 3, .cold_cache = true},
+  };
+  for (const ch00::TimerOptions& opt : option_sets) {
+    CAPTURE(options_string(opt));
+    ch00::support::reset_log(stream.get());
+    Probe probe(stream.get(), [](int) { return 100.0; });
+    std::vector<ApiTraceEntry> log;
+    wb::ApiCounter counter;
+    {
+      wb::ApiTrace trace;
+      ch00::time_work_ms(probe.work(), stream.get(), opt);
+      log = trace.entries();
+    }
+    const wb::ApiCounts c = counter.counts();
+    if (c.mallocs != c.frees || c.live_device_bytes() != 0 || c.host_allocs != c.host_frees ||
+        c.live_host_bytes() != 0 || c.host_registers != c.host_unregisters)
+      FAIL("rule: free what you allocate. One call of your timer made " << c.resources()
+           << ".\nhint: a timer needs no memory of its own beyond a vector of samples; free (cudaFree, "
+              "cudaFreeHost) whatever you allocate before returning.");
+    check_called_on_stream(probe);
+    if (ch00::support::call_log().flushes_on_other_streams > 0)
+      FAIL("rule 5: flush_l2 was called on another stream, so it may run during the timed work."
+           "\nhint: flush_l2(stream) with the work's stream.");
+    const std::string problem = check_timer_log(log, opt, stream.get());
+    if (!problem.empty()) FAIL(problem << "\n(" << options_string(opt) << ")");
+  }
+}
+
+TEST_CASE("reports the median of all the samples it was asked for, from this call (rule 6)") {
+  WB_REQUIRE_GPU();
+  TestStream stream;
+  // Nine distinct durations, 30% apart, in two orders: the first sample is the slowest and the
+  // last the fastest in one probe, the reverse in the other (the second probe is 1.5x
+  // longer, so no constant answers both). Their median is the fifth value, and the middle
+  // sample in call order is not it. The mean, the minimum, the first, the last, the middle
+  // sample unsorted, the median without the first or the last sample, and the median that
+  // takes a call beyond options.samples are all at least 12% away from it in one probe.
+  // Warmup calls take 4 ms; calls beyond warmup + samples take 5 ms.
+  const std::vector<double> order_a = {2.70, 0.52, 1.18, 0.40, 2.05, 0.90, 0.68, 1.55, 0.30};
+  const std::vector<double> order_b = {0.30, 1.55, 0.68, 2.05, 0.40, 1.18, 0.90, 0.52, 2.70};
+  const int warmup = 2;
+  for (const auto& [name, order, scale] :
+       {std::tuple{"A", order_a, 1.0}, std::tuple{"B", order_b, 1.5}}) {
+    std::vector<double> samples_ms;
+    for (double v : order) samples_ms.push_back(v * scale);
+    const int n = int(samples_ms.size());
+    ch00::support::reset_log(stream.get());
+    Probe probe(stream.get(), [&](int call) {
+      if (call < warmup) return 4000.0;
+      if (call >= warmup + n) return 5000.0;
+      return 1e3 * samples_ms[std::size_t(call - warmup)];
+    });
+    const ch00::TimerOptions opt{.warmup = warmup, .samples = n, .cold_cache = false};
+    const double got = ch00::time_work_ms(probe.work(), stream.get(), opt);
+    wb::testing::record_metric(std::string("reported_ms_probe_") + name, got);
+    check_called_on_stream(probe);
+    const double want = median_of(samples_ms);
+    if (std::abs(got - want) > 0.06 * want + 0.02) {
+      std::ostringstream diagnosis;
+      std::vector<double> sorted = samples_ms;
+      std::sort(sorted.begin(), sorted.end());
+      double mean = 0;
+      for (double v : samples_ms) mean += v / n;
+      auto near = [&](double v) { return std::abs(got - v) <= 0.06 * v + 0.02; };
+      const std::vector<double> without_first(samples_ms.begin() + 1, samples_ms.end());
+      const std::vector<double> without_last(samples_ms.begin(), samples_ms.end() - 1);
+      if (near(mean)) diagnosis << " That is the mean (" << ms(mean) << ").";
+      else if (near(sorted.front())) diagnosis << " That is the minimum.";
+      else if (near(samples_ms.front())) diagnosis << " That is the first sample.";
+      else if (near(samples_ms.back())) diagnosis << " That is the last sample.";
+      else if (near(samples_ms[std::size_t(n / 2)])) diagnosis << " That is the middle sample in call order: the samples were not sorted.";
+      else if (near(sorted[std::size_t(n / 2 - 1)]) || near(sorted[std::size_t(n / 2 + 1)]) ||
+               near(median_of(without_first)) || near(median_of(without_last)))
+        diagnosis << " That is a neighbour of the median: a sample was dropped, added or counted twice.";
+      std::ostringstream list;
+      for (double v : samples_ms) list << ms(v) << " ";
+      FAIL("rule 6 (the median of all the samples): probe " << name << " takes, per sample in call order, "
+           << list.str() << "(after " << warmup << " warmup calls of 4 ms); the median of those " << n
+           << " samples is " << ms(want) << ", your timer reported " << ms(got) << "." << diagnosis.str()
+           << "\nhint: keep one time per sample, all options.samples of them, sort them and return the middle "
+              "one (for an even count, the mean of the two middle ones); compute it from this call's samples.");
+    }
+  }
 }

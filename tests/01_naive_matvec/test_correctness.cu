@@ -1,9 +1,11 @@
 // Chapter 01 correctness: the matvec kernel on every kind of shape, the naive wrapper, and
 // the whole model running on it.
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../lib/matvec_edges.hpp"
 #include "ch01_adapters.hpp"
 #include "wb/api_counter.hpp"
 #include "wb/model/backend_check.hpp"
@@ -12,7 +14,14 @@
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
+#include <sstream>
+
 namespace {
+
+// Count CUDA API calls from start-up, so that every allocation of this process is known with
+// its size when a test checks what was freed (a free of memory allocated before counting
+// began would have no size).
+[[maybe_unused]] const bool kApiCountingFromStartUp = wb::ApiCounter::available();
 
 struct Shape {
   int d, n;  // d rows of n columns: "d x n"
@@ -32,6 +41,33 @@ void check_kernel_shapes(const std::vector<Shape>& shapes, const std::string& ex
 }
 
 }  // namespace
+
+// ---- The edges of the contract first: a kernel that faults there poisons the CUDA context
+// for every later test, so the first failure a student sees names the rule it broke.
+TEST_CASE("launch_matvec: any n and any alignment of W, x and y (every column counts; any alignment)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_layouts(ch01_adapters::kLaunch, "01"));
+}
+
+TEST_CASE("launch_matvec: inputs that end (or start) exactly where memory does (read only your own elements)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_fenced(ch01_adapters::kLaunch, "01"));
+}
+
+TEST_CASE("launch_matvec: more than 65535 rows (a 151936-row classifier)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_tall(ch01_adapters::kLaunch, "01"));
+}
+
+TEST_CASE("launch_matvec: d*n past 2^31 floats (64-bit index arithmetic)") {
+  WB_REQUIRE_GPU();
+  const auto r = matvec_edges::check_huge(ch01_adapters::kLaunch, matvec_edges::kHugeCols, matvec_edges::kHugeRows, "01");
+  if (!r.skipped.empty()) {
+    wb::testing::mark_skipped(r.skipped);
+    return;
+  }
+  WB_CHECK_RESULT(r.result);
+}
 
 TEST_CASE("launch_matvec: the model's shapes (multiples of 32 columns)") {
   WB_REQUIRE_GPU();
@@ -68,30 +104,129 @@ TEST_CASE("matvec_naive: out = W x from host memory") {
   }
 }
 
-TEST_CASE("matvec_naive frees every buffer it allocates") {
+namespace {
+
+bool api_counting_or_skip() {
+  if (wb::ApiCounter::available()) return true;
+  wb::testing::mark_skipped("skipped: CUDA API counting is unavailable (" + wb::ApiCounter::unavailable_reason() + ")");
+  return false;
+}
+
+// What one call of matvec_naive must do, by the CUDA API's own accounting: W and x up (all
+// of them, every call: the naive wrapper keeps nothing), out down, and every device and
+// pinned host allocation it made freed before it returns. Empty when it did.
+std::string naive_call_problem(const wb::ApiCounts& c, int n, int d) {
+  const std::size_t w_bytes = std::size_t(n) * std::size_t(d) * sizeof(float);
+  const std::size_t x_bytes = std::size_t(n) * sizeof(float), y_bytes = std::size_t(d) * sizeof(float);
+  std::ostringstream m;
+  const std::string shape = "W " + std::to_string(d) + "x" + std::to_string(n);
+  if (c.bytes_h2d < w_bytes + x_bytes)
+    m << "chapter 01, matvec_naive, " << shape << ": rule: W crosses on every call. This call moved "
+      << c.bytes_h2d << " bytes host-to-device; W and x are " << w_bytes + x_bytes << " bytes ("
+      << c.summary() << ").\nhint: the naive wrapper keeps nothing between calls: cudaMemcpy all of W "
+      << "(d*n floats) and x (n floats) to the device on every call, even when the pointers are the "
+      << "same as last time (the values behind them may not be).";
+  else if (c.bytes_d2h < y_bytes)
+    m << "chapter 01, matvec_naive, " << shape << ": this call moved " << c.bytes_d2h
+      << " bytes device-to-host; out is " << y_bytes << " bytes.\nhint: copy out (d floats) back.";
+  else if (c.host_allocs != c.host_frees || c.live_host_bytes() != 0 || c.host_registers != c.host_unregisters)
+    m << "chapter 01, matvec_naive, " << shape << ": rule: free what you allocate (pinned host memory too). "
+      << "One call left pinned host memory behind: " << c.resources()
+      << ".\nhint: every cudaMallocHost/cudaHostAlloc needs its cudaFreeHost and every cudaHostRegister its "
+         "cudaHostUnregister before the call returns (pageable cudaMemcpy needs neither).";
+  else if (c.mallocs != c.frees || c.live_device_bytes() != 0)
+    m << "chapter 01, matvec_naive, " << shape << ": rule: free what you allocate. One call made "
+      << c.resources() << ": " << c.live_device_bytes()
+      << " device bytes were still allocated when it returned.\nhint: every call allocates W, x and out "
+         "and must cudaFree all three (the pointers cudaMalloc returned, not null ones) before returning, "
+         "or each token leaks the size of the model.";
+  return m.str();
+}
+
+}  // namespace
+
+TEST_CASE("matvec_naive: same pointers, new values, every call (nothing kept between calls)") {
   WB_REQUIRE_GPU();
-  if (!wb::ApiCounter::available()) {
-    wb::testing::mark_skipped("skipped: CUDA API counting is unavailable (" +
-                              wb::ApiCounter::unavailable_reason() + ")");
+  const bool counting = api_counting_or_skip();
+  // One W, x and out for every round; between rounds the values change in place.
+  const int n = 517, d = 300;
+  std::vector<float> W(std::size_t(n) * d), x(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(d));
+  // The results of every round first (a stale answer is the worse mistake), then the accounting.
+  std::string accounting_problem;
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    matvec_edges::refill(W, "ch01/same-pointer/W" + std::to_string(round));
+    matvec_edges::refill(x, "ch01/same-pointer/x" + std::to_string(round));
+    std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+    wb::ApiCounter counter;
+    ch01::matvec_naive(out.data(), x.data(), W.data(), n, d);
+    const wb::ApiCounts c = counter.counts();
+    const auto expected = wb::model::matvec_reference(W, x, n, d);
+    const wb::CompareResult r = wb::compare(
+        out, expected,
+        {.chapter = "01",
+         .what = "matvec_naive, call " + std::to_string(round + 1) + " with the same W, x and out pointers as "
+                 "the call before and new values behind them (W 300x517)",
+         .shape = {std::size_t(d)},
+         .tol = wb::model::matvec_tolerance(n),
+         .hint = "rule: same pointer, new values. A host pointer names memory, not a value: the caller may "
+                 "have written new weights or activations there since the last call. Copy W and x on every "
+                 "call; never key a cache on a host pointer."});
+    if (!r.ok) FAIL("rule: same pointer, new values: " << r.message);
+    if (counting && accounting_problem.empty()) accounting_problem = naive_call_problem(c, n, d);
+  }
+  if (!accounting_problem.empty()) FAIL(accounting_problem);
+}
+
+TEST_CASE("matvec_naive frees every buffer it allocates (24 calls, 4 shapes, sizes counted)") {
+  WB_REQUIRE_GPU();
+  if (!api_counting_or_skip()) return;
+  struct Shape { int d, n; };
+  const Shape shapes[] = {{2048, 768}, {7, 13}, {1, 1}, {300, 517}};
+  std::vector<std::vector<float>> Ws, xs;
+  for (const Shape& s : shapes) {
+    Ws.push_back(matvec_edges::signed_values(std::size_t(s.d) * s.n, "ch01/leaks/W" + std::to_string(s.d)));
+    xs.push_back(matvec_edges::signed_values(std::size_t(s.n), "ch01/leaks/x" + std::to_string(s.d)));
+  }
+  std::vector<float> out(2048);
+  ch01::matvec_naive(out.data(), xs[0].data(), Ws[0].data(), 768, 2048);  // warm up: CUDA context
+  wb::ApiCounter counter;
+  for (int call = 0; call < 24; ++call) {
+    const std::size_t i = std::size_t(call) % 4;
+    ch01::matvec_naive(out.data(), xs[i].data(), Ws[i].data(), shapes[i].n, shapes[i].d);
+  }
+  const wb::ApiCounts c = counter.counts();
+  wb::testing::record_metric("mallocs_per_call", double(c.mallocs) / 24);
+  wb::testing::record_metric("frees_per_call", double(c.frees) / 24);
+  wb::testing::record_metric("device_bytes_leaked", double(c.live_device_bytes()));
+  CHECK_MESSAGE((c.frees == c.mallocs && c.live_device_bytes() == 0),
+                "chapter 01: rule: free what you allocate. 24 calls of matvec_naive made " << c.resources()
+                    << ": " << c.live_device_bytes() << " device bytes are still allocated (" << c.summary()
+                    << ")\nhint: every call allocates W, x and out and must cudaFree all three before "
+                       "returning, or each token leaks the size of the model. cudaFree(nullptr) frees nothing.");
+  CHECK_MESSAGE((c.host_allocs == c.host_frees && c.live_host_bytes() == 0 && c.host_registers == c.host_unregisters),
+                "chapter 01: rule: free what you allocate (pinned host memory too). 24 calls of matvec_naive made "
+                    << c.resources() << "\nhint: cudaFreeHost what you cudaMallocHost, cudaHostUnregister what "
+                                        "you cudaHostRegister.");
+  std::size_t w_bytes = 0;
+  for (int call = 0; call < 24; ++call) w_bytes += Ws[std::size_t(call) % 4].size() * sizeof(float);
+  CHECK_MESSAGE(c.bytes_h2d >= w_bytes,
+                "chapter 01: rule: W crosses on every call. 24 calls moved only "
+                    << c.bytes_h2d << " bytes host-to-device, their W alone are " << w_bytes
+                    << " bytes\nhint: cudaMemcpy W (d*n floats) and x (n floats) to the device on every call.");
+}
+
+TEST_CASE("matvec_naive: d*n past 2^31 floats (the wrapper's sizes in 64 bits)") {
+  WB_REQUIRE_GPU();
+  const std::size_t w_bytes = std::size_t(matvec_edges::kHugeRows) * matvec_edges::kHugeCols * sizeof(float);
+  const auto r = matvec_edges::check_huge_host(
+      ch01_adapters::kNaive, matvec_edges::kHugeCols, matvec_edges::kHugeRows, "01", "matvec_naive",
+      w_bytes + (std::size_t(1) << 30));
+  if (!r.skipped.empty()) {
+    wb::testing::mark_skipped(r.skipped);
     return;
   }
-  std::vector<float> W(768 * 2048, 0.5f), x(768, 0.25f), out(2048);
-  ch01::matvec_naive(out.data(), x.data(), W.data(), 768, 2048);  // warm up: CUDA context
-  wb::ApiCounter counter;
-  for (int call = 0; call < 3; ++call) ch01::matvec_naive(out.data(), x.data(), W.data(), 768, 2048);
-  const wb::ApiCounts c = counter.counts();
-  wb::testing::record_metric("mallocs_per_call", double(c.mallocs) / 3);
-  wb::testing::record_metric("frees_per_call", double(c.frees) / 3);
-  CHECK_MESSAGE(c.frees == c.mallocs,
-                "chapter 01: rule: free what you allocate. 3 calls of matvec_naive made "
-                    << c.mallocs << " cudaMalloc and " << c.frees << " cudaFree calls ("
-                    << c.summary() << ")\nhint: every call allocates W, x and out and must "
-                                      "cudaFree all three before returning, or each token "
-                                      "leaks the size of the model.");
-  CHECK_MESSAGE(c.bytes_h2d >= 3 * W.size() * sizeof(float),
-                "chapter 01: the naive wrapper copies W on every call; 3 calls moved only "
-                    << c.bytes_h2d << " bytes host-to-device\nhint: cudaMemcpy W (d*n floats) "
-                                      "and x (n floats) to the device on every call.");
+  WB_CHECK_RESULT(r.result);
 }
 
 TEST_CASE("end to end: stories260K generates llama2.c's text through matvec_naive") {

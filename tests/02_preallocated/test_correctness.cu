@@ -1,10 +1,13 @@
 // Chapter 02 correctness: the kernel, the preallocated wrapper over shapes that grow and
 // shrink, the allocation rule (enforced by counting CUDA API calls), and the whole model.
 #include <algorithm>
+#include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../lib/matvec_edges.hpp"
 #include "ch02_adapters.hpp"
 #include "wb/api_counter.hpp"
 #include "wb/model/backend_check.hpp"
@@ -16,6 +19,11 @@
 
 namespace {
 
+// Count CUDA API calls from start-up, so that every allocation of this process is known with
+// its size when a test checks what was freed (a free of memory allocated before counting
+// began would have no size).
+[[maybe_unused]] const bool kApiCountingFromStartUp = wb::ApiCounter::available();
+
 struct Shape {
   int d, n;
 };
@@ -26,7 +34,37 @@ bool api_counting_or_skip() {
   return false;
 }
 
+// Free bytes the CUDA API saw, as a message fragment.
+std::string bytes(std::uint64_t b) { return std::to_string(b) + " B"; }
+
 }  // namespace
+
+// ---- The kernel's edges first (chapter 01's contract): a fault poisons the CUDA context for
+// every later test, so the first failure a student sees names the rule it broke.
+TEST_CASE("launch_matvec: any n and any alignment of W, x and y (every column counts; any alignment)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_layouts(ch02_adapters::kLaunch, "02"));
+}
+
+TEST_CASE("launch_matvec: inputs that end (or start) exactly where memory does (read only your own elements)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_fenced(ch02_adapters::kLaunch, "02"));
+}
+
+TEST_CASE("launch_matvec: more than 65535 rows (a 151936-row classifier)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_tall(ch02_adapters::kLaunch, "02"));
+}
+
+TEST_CASE("launch_matvec: d*n past 2^31 floats (64-bit index arithmetic)") {
+  WB_REQUIRE_GPU();
+  const auto r = matvec_edges::check_huge(ch02_adapters::kLaunch, matvec_edges::kHugeCols, matvec_edges::kHugeRows, "02");
+  if (!r.skipped.empty()) {
+    wb::testing::mark_skipped(r.skipped);
+    return;
+  }
+  WB_CHECK_RESULT(r.result);
+}
 
 TEST_CASE("launch_matvec: your chapter 01 kernel, on every kind of shape") {
   WB_REQUIRE_GPU();
@@ -48,6 +86,7 @@ TEST_CASE("launch_matvec: your chapter 01 kernel, on every kind of shape") {
 TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smaller ones") {
   WB_REQUIRE_GPU();
   const std::string rule = "chapter 02: rule: grow the buffers when a larger call comes";
+  const bool counting = wb::ApiCounter::available();  // before the first allocation: sizes known
   ch02::PreallocatedMatvec p;
   const wb::model::HostMatvec call = [&p](float* out, const float* x, const float* W, int n, int d) {
     p.matvec(out, x, W, n, d);
@@ -65,8 +104,18 @@ TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smalle
                     << w1 << ", x " << x1 << ", y " << y1 << " to W " << p.w_capacity() << ", x "
                     << p.x_capacity() << ", y " << p.y_capacity()
                     << "\nhint: ensure_capacity does nothing when the buffer is already big enough.");
+  wb::ApiCounter growth;
   try {
     WB_CHECK_RESULT(wb::model::check_host_matvec(call, 4097, 4099, check));
+    const wb::ApiCounts g = growth.counts();
+    // All three buffers grew: the old ones (w1 + x1 + y1 floats) must have been freed.
+    const std::uint64_t old_bytes = 4 * (std::uint64_t(w1) + x1 + y1);
+    if (counting && g.free_bytes < old_bytes)
+      FAIL_CHECK("chapter 02: rule: free the old buffer when you grow. A 4099x4097 call after a 2048x768 one "
+                 "grew all three buffers, which held "
+                 << bytes(old_bytes) << "; it freed " << bytes(g.free_bytes) << " (" << g.resources()
+                 << ")\nhint: in ensure_capacity, cudaFree(*buffer) before cudaMalloc'ing the bigger one, or every "
+                    "growth leaks the old buffer.");
   } catch (const std::exception& e) {
     FAIL_CHECK(rule << ": a 4099x4097 call after smaller ones failed: " << e.what()
                     << "\nhint: when *capacity < count, free the old buffer and allocate count floats.");
@@ -118,23 +167,108 @@ TEST_CASE("rule: no cudaMalloc/cudaFree per call after warmup") {
                        "later call of the same size or smaller must reuse it.");
 }
 
-TEST_CASE("release frees every buffer, and twice is harmless") {
+TEST_CASE("release frees every buffer, and twice is harmless (sizes counted, 30 calls, growth and shrinking)") {
   WB_REQUIRE_GPU();
   if (!api_counting_or_skip()) return;
-  std::vector<float> W(2048 * 768, 0.5f), x(768, 0.25f), out(2048);
-  wb::ApiCounter counter;
-  {
-    ch02::PreallocatedMatvec p;
-    p.matvec(out.data(), x.data(), W.data(), 768, 2048);
-    p.matvec(out.data(), x.data(), W.data(), 64, 172);
-    p.release();
-    CHECK(p.w_capacity() == 0);
-    p.release();
+  struct Shape { int d, n; };
+  const Shape shapes[] = {{2048, 768}, {7, 13}, {172, 64}, {4099, 4097}, {1, 1}, {288, 288}};
+  std::vector<float> W = matvec_edges::signed_values(4099u * 4097u, "ch02/release/W");
+  const std::vector<float> x = matvec_edges::signed_values(4097, "ch02/release/x");
+  std::vector<float> out(4099);
+  for (const bool explicit_release : {true, false}) {
+    CAPTURE(explicit_release);
+    wb::ApiCounter counter;
+    {
+      ch02::PreallocatedMatvec p;
+      for (int call = 0; call < 30; ++call) {
+        const Shape s = shapes[std::size_t(call) % 6];
+        p.matvec(out.data(), x.data(), W.data(), s.n, s.d);
+      }
+      if (explicit_release) {
+        p.release();
+        CHECK(p.w_capacity() == 0);
+        p.release();
+      }
+    }  // the destructor releases too
+    const wb::ApiCounts c = counter.counts();
+    wb::testing::record_metric(explicit_release ? "device_bytes_left_after_release" : "device_bytes_left_after_destructor",
+                               double(c.live_device_bytes()));
+    CHECK_MESSAGE((c.frees == c.mallocs && c.live_device_bytes() == 0),
+                  "chapter 02: rule: free what you allocate. 30 calls of one PreallocatedMatvec (growing and shrinking), then "
+                      << (explicit_release ? "release() twice" : "its destructor") << ": " << c.resources() << "; "
+                      << c.live_device_bytes()
+                      << " device bytes are still allocated\nhint: release() frees all three buffers, with the pointers "
+                         "cudaMalloc returned (set them to nullptr after cudaFree, not before: cudaFree(nullptr) frees "
+                         "nothing), and ensure_capacity frees the old buffer before it allocates a bigger one.");
+    CHECK_MESSAGE((c.host_allocs == c.host_frees && c.live_host_bytes() == 0 && c.host_registers == c.host_unregisters),
+                  "chapter 02: rule: free what you allocate (pinned host memory too): " << c.resources()
+                      << "\nhint: cudaFreeHost what you cudaMallocHost, cudaHostUnregister what you cudaHostRegister, in "
+                         "release().");
   }
-  const wb::ApiCounts c = counter.counts();
-  CHECK_MESSAGE(c.frees >= c.mallocs,
-                "chapter 02: rule: free what you allocate: " << c.mallocs << " cudaMalloc but " << c.frees
-                                                             << " cudaFree\nhint: release() frees all three buffers.");
+}
+
+TEST_CASE("PreallocatedMatvec: same pointers, new values, every call (W crosses every call)") {
+  WB_REQUIRE_GPU();
+  const bool counting = api_counting_or_skip();
+  ch02::PreallocatedMatvec p;
+  // One W, x and out for every round; between rounds the values change in place. The last
+  // round reads the same W as 517 rows of 300 instead of 300 rows of 517: same pointer, same
+  // byte count, another matrix.
+  struct Shape { int d, n; };
+  const Shape rounds[] = {{300, 517}, {300, 517}, {300, 517}, {517, 300}};
+  std::vector<float> W(300u * 517u), x(517u), out(517u);
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    const Shape s = rounds[round];
+    matvec_edges::refill(W, "ch02/same-pointer/W" + std::to_string(round));
+    matvec_edges::refill(x, "ch02/same-pointer/x" + std::to_string(round));
+    std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+    wb::ApiCounter counter;
+    p.matvec(out.data(), x.data(), W.data(), s.n, s.d);
+    const wb::ApiCounts c = counter.counts();
+    const auto expected = wb::model::matvec_reference({W.data(), std::size_t(s.d) * s.n}, {x.data(), std::size_t(s.n)}, s.n, s.d);
+    const wb::CompareResult r = wb::compare(
+        std::span<const float>(out.data(), std::size_t(s.d)), expected,
+        {.chapter = "02",
+         .what = "PreallocatedMatvec::matvec, call " + std::to_string(round + 1) +
+                 " with the same W, x and out pointers as the call before and new values behind them (W " +
+                 std::to_string(s.d) + "x" + std::to_string(s.n) + ")",
+         .shape = {std::size_t(s.d)},
+         .tol = wb::model::matvec_tolerance(s.n),
+         .hint = "rule: same pointer, new values. Chapter 02 keeps buffers, not values: W and x are copied on "
+                 "every call, because the caller may have written new ones behind the same pointers. Never "
+                 "skip a copy because a pointer (or a size) is the same as last time."});
+    if (!r.ok) FAIL("rule: same pointer, new values: " << r.message);
+    if (!counting) continue;
+    const std::uint64_t w_bytes = 4ull * s.d * s.n, x_bytes = 4ull * s.n;
+    if (c.bytes_h2d < w_bytes + x_bytes)
+      FAIL("chapter 02: rule: W crosses on every call (chapter 03 keeps weights, not chapter 02). Call "
+           << round + 1 << " (W " << s.d << "x" << s.n << ") moved " << bytes(c.bytes_h2d)
+           << " host-to-device; W and x are " << bytes(w_bytes + x_bytes) << " (" << c.summary()
+           << ")\nhint: cudaMemcpy all of W and x into the preallocated buffers on every call.");
+    if (c.bytes_d2h < 4ull * s.d)
+      FAIL("chapter 02: call " << round + 1 << " moved " << bytes(c.bytes_d2h) << " device-to-host; out is "
+                               << bytes(4ull * s.d) << "\nhint: copy out (d floats) back on every call.");
+    if ((round == 1 || round == 2) && (c.mallocs != 0 || c.frees != 0))  // same shape as call 1
+      FAIL("chapter 02: rule: no cudaMalloc/cudaFree per call after warmup. Call " << round + 1
+           << " had the shape of call 1 and needed no bigger buffers but made " << c.resources()
+           << "\nhint: ensure_capacity allocates only when the buffer is too small.");
+  }
+}
+
+TEST_CASE("PreallocatedMatvec: d*n past 2^31 floats (the sizes in 64 bits)") {
+  WB_REQUIRE_GPU();
+  const std::size_t w_bytes = std::size_t(matvec_edges::kHugeRows) * matvec_edges::kHugeCols * sizeof(float);
+  ch02::PreallocatedMatvec p;
+  const auto r = matvec_edges::check_huge_host(
+      [&p](float* out, const float* x, const float* W, int n, int d) { p.matvec(out, x, W, n, d); },
+      matvec_edges::kHugeCols, matvec_edges::kHugeRows, "02", "PreallocatedMatvec::matvec",
+      w_bytes + (std::size_t(1) << 30));
+  if (!r.skipped.empty()) {
+    wb::testing::mark_skipped(r.skipped);
+    return;
+  }
+  WB_CHECK_RESULT(r.result);
 }
 
 TEST_CASE("end to end: stories260K generates llama2.c's text through PreallocatedMatvec") {

@@ -1,10 +1,12 @@
 // Chapter 03 correctness: the kernel, matmuls on weights uploaded once, the transfer rule
 // (enforced by counting CUDA API calls and bytes), and the whole model.
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../lib/matvec_edges.hpp"
 #include "ch03_adapters.hpp"
 #include "wb/api_counter.hpp"
 #include "wb/model/backend_check.hpp"
@@ -17,6 +19,11 @@
 
 namespace {
 
+// Count CUDA API calls from start-up, so that every allocation of this process is known with
+// its size when a test checks what was freed (a free of memory allocated before counting
+// began would have no size).
+[[maybe_unused]] const bool kApiCountingFromStartUp = wb::ApiCounter::available();
+
 struct Shape {
   int d, n;
 };
@@ -27,7 +34,47 @@ bool api_counting_or_skip() {
   return false;
 }
 
+// out = W x through p for the matrix at `offset` of `weights` (d x n), checked against the
+// reference computed from `weights` as they are now.
+wb::CompareResult check_matvec_at(ch03::PersistentMatvec& p, const std::vector<float>& weights, std::size_t offset,
+                                  int n, int d, const std::vector<float>& x, const std::string& what,
+                                  const std::string& hint) {
+  std::vector<float> out(std::size_t(d), std::numeric_limits<float>::quiet_NaN());
+  p.matvec(out.data(), x.data(), weights.data() + offset, n, d);
+  const auto expected = wb::model::matvec_reference({weights.data() + offset, std::size_t(d) * std::size_t(n)}, x, n, d);
+  return wb::compare(out, expected,
+                     {.chapter = "03", .what = what, .shape = {std::size_t(d)}, .tol = wb::model::matvec_tolerance(n),
+                      .hint = hint});
+}
+
 }  // namespace
+
+// ---- The kernel's edges first (chapter 01's contract): a fault poisons the CUDA context for
+// every later test, so the first failure a student sees names the rule it broke.
+TEST_CASE("launch_matvec: any n and any alignment of W, x and y (every column counts; any alignment)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_layouts(ch03_adapters::kLaunch, "03"));
+}
+
+TEST_CASE("launch_matvec: inputs that end (or start) exactly where memory does (read only your own elements)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_fenced(ch03_adapters::kLaunch, "03"));
+}
+
+TEST_CASE("launch_matvec: more than 65535 rows (a 151936-row classifier)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_all_tall(ch03_adapters::kLaunch, "03"));
+}
+
+TEST_CASE("launch_matvec: d*n past 2^31 floats (64-bit index arithmetic)") {
+  WB_REQUIRE_GPU();
+  const auto r = matvec_edges::check_huge(ch03_adapters::kLaunch, matvec_edges::kHugeCols, matvec_edges::kHugeRows, "03");
+  if (!r.skipped.empty()) {
+    wb::testing::mark_skipped(r.skipped);
+    return;
+  }
+  WB_CHECK_RESULT(r.result);
+}
 
 TEST_CASE("launch_matvec: your chapter 01 kernel, on every kind of shape") {
   WB_REQUIRE_GPU();
@@ -131,25 +178,110 @@ TEST_CASE("matvec with a W outside the loaded weights is an error") {
   CHECK_NOTHROW(p.matvec(out.data(), x.data(), weights.data() + 900, 10, 10));  // the last 100 floats
 }
 
-TEST_CASE("release frees every buffer, and twice is harmless") {
+TEST_CASE("load again replaces the weights: same pointer, new values (and the old copy is freed)") {
+  WB_REQUIRE_GPU();
+  const bool counting = api_counting_or_skip();
+  // One weight array, two matrices in it; between loads its values change in place.
+  const int n = 300, d = 517;
+  const std::size_t second = std::size_t(n) * d + 4;  // the second matrix's offset
+  std::vector<float> weights(2 * second);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  ch03::PersistentMatvec p;
+  wb::ApiCounter since_start;
+  std::int64_t live_after_first_load = 0;
+  for (int load = 0; load < 5; ++load) {
+    CAPTURE(load);
+    matvec_edges::refill(weights, "ch03/reload/weights" + std::to_string(load));
+    matvec_edges::refill(x, "ch03/reload/x" + std::to_string(load));
+    wb::ApiCounter at_load;
+    p.load(weights.data(), weights.size());
+    const wb::ApiCounts l = at_load.counts();
+    for (const std::size_t offset : {std::size_t(0), second}) {
+      const wb::CompareResult r = check_matvec_at(
+          p, weights, offset, n, d, x,
+          "PersistentMatvec::matvec after load " + std::to_string(load + 1) +
+              " of the same pointer with new values (matrix at offset " + std::to_string(offset) + ")",
+          "rule: loading again replaces the weights. load() is the caller saying the weights changed: upload "
+          "them every time it is called, even with the same pointer and count as before.");
+      if (!r.ok) FAIL("rule: loading again replaces the weights (same pointer, new values): " << r.message);
+    }
+    if (!counting) continue;
+    if (l.bytes_h2d < weights.size() * sizeof(float))
+      FAIL("chapter 03: rule: loading again replaces the weights. Load " << load + 1 << " of "
+           << weights.size() * sizeof(float) << " bytes of weights moved " << l.bytes_h2d
+           << " bytes host-to-device (" << l.summary() << ")\nhint: load() copies all count floats every time.");
+    const std::int64_t live = since_start.counts().live_device_bytes();
+    if (load == 0) live_after_first_load = live;
+    else if (live > live_after_first_load)
+      FAIL("chapter 03: rule: load frees the weights it replaces. After " << load + 1
+           << " loads of the same size the object holds " << live << " device bytes, after the first it held "
+           << live_after_first_load << " (" << since_start.counts().resources()
+           << ")\nhint: in load(), cudaFree the old device copy before allocating the new one (or reuse it when "
+              "it is big enough).");
+  }
+}
+
+TEST_CASE("PersistentMatvec: same pointers, new activations, every call") {
+  WB_REQUIRE_GPU();
+  const bool counting = api_counting_or_skip();
+  const int n = 517, d = 300;
+  const std::vector<float> weights = matvec_edges::signed_values(std::size_t(n) * d, "ch03/activations/weights");
+  std::vector<float> x(static_cast<std::size_t>(n));
+  ch03::PersistentMatvec p;
+  p.load(weights.data(), weights.size());
+  for (int call = 0; call < 4; ++call) {
+    CAPTURE(call);
+    matvec_edges::refill(x, "ch03/activations/x" + std::to_string(call));
+    wb::ApiCounter counter;
+    const wb::CompareResult r = check_matvec_at(
+        p, weights, 0, n, d, x,
+        "PersistentMatvec::matvec, call " + std::to_string(call + 1) + " with the same x pointer and new values",
+        "rule: same pointer, new values. Only the weights persist: x is the caller's new activation on every "
+        "call, so copy it up every time (never skip it because the pointer is the same).");
+    if (!r.ok) FAIL("rule: same pointer, new values: " << r.message);
+    const wb::ApiCounts c = counter.counts();
+    if (counting && c.bytes_h2d < std::size_t(n) * sizeof(float))
+      FAIL("chapter 03: rule: same pointer, new values. Call " << call + 1 << " moved " << c.bytes_h2d
+           << " bytes host-to-device; x is " << n * sizeof(float) << " bytes\nhint: copy x (n floats) up on every call.");
+  }
+}
+
+TEST_CASE("release frees every buffer, and twice is harmless (sizes counted, loads, reloads, calls)") {
   WB_REQUIRE_GPU();
   if (!api_counting_or_skip()) return;
-  const std::vector<float> weights = wb::random_uniform(2048 * 768, -1.0f, 1.0f, "ch03/release/weights");
-  const std::vector<float> x = wb::random_uniform(768, -1.0f, 1.0f, "ch03/release/x");
+  const std::vector<float> weights = matvec_edges::signed_values(2048 * 768, "ch03/release/weights");
+  const std::vector<float> small = matvec_edges::signed_values(64 * 48, "ch03/release/small");
+  const std::vector<float> x = matvec_edges::signed_values(768, "ch03/release/x");
   std::vector<float> out(2048);
-  wb::ApiCounter counter;
-  {
-    ch03::PersistentMatvec p;
-    p.load(weights.data(), weights.size());
-    p.matvec(out.data(), x.data(), weights.data(), 768, 2048);
-    p.load(weights.data(), weights.size());  // loading again replaces the weights
-    p.matvec(out.data(), x.data(), weights.data(), 768, 2048);
-    p.release();
-    p.release();
+  for (const bool explicit_release : {true, false}) {
+    CAPTURE(explicit_release);
+    wb::ApiCounter counter;
+    {
+      ch03::PersistentMatvec p;
+      for (int round = 0; round < 3; ++round) {
+        p.load(weights.data(), weights.size());
+        p.matvec(out.data(), x.data(), weights.data(), 768, 2048);
+        p.matvec(out.data(), x.data(), weights.data() + 7, 13, 7);
+        p.load(small.data(), small.size());  // loading again replaces the weights
+        p.matvec(out.data(), x.data(), small.data(), 48, 64);
+      }
+      if (explicit_release) {
+        p.release();
+        p.release();
+      }
+    }  // the destructor releases too
+    const wb::ApiCounts c = counter.counts();
+    CHECK_MESSAGE((c.frees == c.mallocs && c.live_device_bytes() == 0),
+                  "chapter 03: rule: free what you allocate. Six loads (two sizes), nine matmuls, then "
+                      << (explicit_release ? "release() twice" : "the destructor") << ": " << c.resources() << "; "
+                      << c.live_device_bytes()
+                      << " device bytes are still allocated\nhint: load() frees the weights it replaces; release() "
+                         "frees the weights and both activation buffers, with the pointers cudaMalloc returned "
+                         "(cudaFree(nullptr) frees nothing).");
+    CHECK_MESSAGE((c.host_allocs == c.host_frees && c.live_host_bytes() == 0 && c.host_registers == c.host_unregisters),
+                  "chapter 03: rule: free what you allocate (pinned host memory too): " << c.resources()
+                      << "\nhint: cudaFreeHost what you cudaMallocHost, cudaHostUnregister what you cudaHostRegister.");
   }
-  const wb::ApiCounts c = counter.counts();
-  CHECK_MESSAGE(c.frees >= c.mallocs, "chapter 03: rule: free what you allocate: " << c.mallocs << " cudaMalloc but "
-                                                                                   << c.frees << " cudaFree");
 }
 
 TEST_CASE("end to end: stories260K generates llama2.c's text through PersistentMatvec") {

@@ -1,0 +1,60 @@
+// Known-wrong chapter 01 (fixture "over_read"): every thread loads its W and x elements for
+// a whole number of passes and masks the product afterwards ("compute first, then mask").
+// The answers are right, but the last row and x are read past their ends: harmless while
+// the bytes after them happen to be mapped, a fault when they are not.
+#include <cstddef>
+
+#include "matvec.hpp"
+#include "wb/check.hpp"
+
+namespace ch01 {
+namespace {
+constexpr int kThreads = 256;
+
+// Block-wide sum through shared memory (kThreads a power of two).
+__device__ float block_sum(float v) {
+  __shared__ float partial[kThreads];
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
+__global__ void matvec_kernel(float* y, const float* x, const float* W, int n, int d) {
+  const int row = blockIdx.x;
+  const float* w = W + std::size_t(row) * std::size_t(n);
+  const int padded = (n + kThreads - 1) / kThreads * kThreads;
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < padded; j += kThreads) {
+    const float wv = w[j], xv = x[j];  // BUG: loads before the bounds check
+    sum += j < n ? wv * xv : 0.0f;
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) y[row] = sum;
+}
+}  // namespace
+
+void launch_matvec(float* y, const float* x, const float* W, int n, int d, cudaStream_t stream) {
+  matvec_kernel<<<d, kThreads, 0, stream>>>(y, x, W, n, d);
+  WB_CHECK_LAUNCH("matvec_kernel");
+}
+
+void matvec_naive(float* out, const float* x, const float* W, int n, int d) {
+  const std::size_t w_bytes = std::size_t(n) * std::size_t(d) * sizeof(float);
+  float *d_W = nullptr, *d_x = nullptr, *d_y = nullptr;
+  WB_CUDA(cudaMalloc(&d_W, w_bytes));
+  WB_CUDA(cudaMalloc(&d_x, std::size_t(n) * sizeof(float)));
+  WB_CUDA(cudaMalloc(&d_y, std::size_t(d) * sizeof(float)));
+  WB_CUDA(cudaMemcpy(d_W, W, w_bytes, cudaMemcpyHostToDevice));
+  WB_CUDA(cudaMemcpy(d_x, x, std::size_t(n) * sizeof(float), cudaMemcpyHostToDevice));
+  launch_matvec(d_y, d_x, d_W, n, d, nullptr);
+  WB_CUDA(cudaMemcpy(out, d_y, std::size_t(d) * sizeof(float), cudaMemcpyDeviceToHost));
+  WB_CUDA(cudaFree(d_W));
+  WB_CUDA(cudaFree(d_x));
+  WB_CUDA(cudaFree(d_y));
+}
+
+}  // namespace ch01

@@ -1,0 +1,57 @@
+// Known-wrong chapter 02 (fixture "skip_same_w"), a cheat: remembers the last W pointer and
+// size and skips W's upload when they repeat ("the weights did not change"). Chapter 02's
+// contract is that W crosses on every call; the caller may write new values behind the same
+// pointer.
+#include <cstddef>
+
+#include "../../01_naive_matvec/fixture_kernel.cuh"  // a plain correct kernel: the mistake here is elsewhere
+
+#include "preallocated.hpp"
+#include "wb/check.hpp"
+
+namespace ch02 {
+namespace {
+const float* last_W = nullptr;  // BUG: a host pointer is not a value
+std::size_t last_count = 0;
+}  // namespace
+
+void launch_matvec(float* y, const float* x, const float* W, int n, int d, cudaStream_t stream) {
+  fixture_kernel::launch(y, x, W, n, d, stream);
+}
+
+void PreallocatedMatvec::ensure_capacity(float** buffer, std::size_t* capacity, std::size_t count) {
+  if (*capacity >= count) return;  // the common case after the first token: nothing to do
+  // Too small: replace it. The old contents do not matter (every call copies its inputs).
+  WB_CUDA(cudaFree(*buffer));      // cudaFree(nullptr) is a no-op
+  *buffer = nullptr;
+  *capacity = 0;
+  WB_CUDA(cudaMalloc(buffer, count * sizeof(float)));
+  *capacity = count;
+}
+
+void PreallocatedMatvec::matvec(float* out, const float* x, const float* W, int n, int d) {
+  const std::size_t w_count = std::size_t(n) * std::size_t(d);
+  ensure_capacity(&d_w_, &w_capacity_, w_count);
+  ensure_capacity(&d_x_, &x_capacity_, std::size_t(n));
+  ensure_capacity(&d_y_, &y_capacity_, std::size_t(d));
+  // The weights still cross PCIe on every call: that is chapter 03's problem.
+  if (W != last_W || w_count != last_count) {
+    WB_CUDA(cudaMemcpy(d_w_, W, w_count * sizeof(float), cudaMemcpyHostToDevice));
+    last_W = W;
+    last_count = w_count;
+  }
+  WB_CUDA(cudaMemcpy(d_x_, x, std::size_t(n) * sizeof(float), cudaMemcpyHostToDevice));
+  launch_matvec(d_y_, d_x_, d_w_, n, d, nullptr);
+  WB_CUDA(cudaMemcpy(out, d_y_, std::size_t(d) * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void PreallocatedMatvec::release() noexcept {
+  // No WB_CUDA here: release() runs in a destructor, which must not throw.
+  cudaFree(d_w_);
+  cudaFree(d_x_);
+  cudaFree(d_y_);
+  d_w_ = d_x_ = d_y_ = nullptr;
+  w_capacity_ = x_capacity_ = y_capacity_ = 0;
+}
+
+}  // namespace ch02

@@ -1,0 +1,403 @@
+#pragma once
+// The edges of the matvec contract (chapters 01-03: "any n >= 1 and d >= 1", W d x n
+// row-major, x and y anywhere in device memory), as probes that only a kernel obeying it
+// passes. Included by the chapters' test sources; each check returns a wb::CompareResult
+// whose message names the chapter, the shape, the rule broken and a hint.
+//
+//   - layouts: W, x and y each start at their own offset from a 16-byte boundary (a kernel
+//     that loads float4 must check every pointer it vectorizes, and n % 4 for the rows);
+//   - fenced: W, x and y end exactly where mapped memory ends (or start where it starts),
+//     so one element read or written past either end faults (FencedBuffer);
+//   - tall: more rows than a grid's y or z dimension holds (65535);
+//   - huge: d * n past 2^31 floats (a 151936 x 16384 classifier, 10 GB), so 32-bit index
+//     arithmetic overflows; skipped, saying so, on a GPU without the memory.
+//
+// Inputs: |v| in [0.25, 0.75) with a random sign, from the seed (WB_SEED reproduces them).
+// One term left out or counted twice moves its row by at least 1/16, far beyond any
+// rounding, so a wrong kernel fails for every seed, and a right one passes for every seed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <span>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fenced_buffer.hpp"
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+#include "wb/compare.hpp"
+#include "wb/guarded_buffer.hpp"
+#include "wb/model/matvec_check.hpp"
+#include "wb/random.hpp"
+
+namespace matvec_edges {
+
+// Value i of the stream `seed`, exactly the same on the host and on the device: 23 random
+// bits give |v| = 0.25 + k / 2^24 (exact in float), the top bit the sign.
+__host__ __device__ inline float hashed_value(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float v = 0.25f + float(std::uint32_t(z) & 0x7FFFFFu) * (1.0f / 16777216.0f);
+  return (z >> 63) ? -v : v;
+}
+
+inline std::uint64_t seed_for(const std::string& label) { return wb::rng_for(label)(); }
+
+inline std::vector<float> signed_values(std::size_t n, const std::string& label) {
+  const std::uint64_t seed = seed_for(label);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = hashed_value(seed, i);
+  return v;
+}
+
+// Refills `v` in place (same pointer, new values).
+inline void refill(std::vector<float>& v, const std::string& label) {
+  const std::uint64_t seed = seed_for(label);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = hashed_value(seed, i);
+}
+
+namespace detail {
+
+__global__ void fill_hashed(float* out, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = hashed_value(seed, i);
+}
+
+// out[i] = sum_j W[i*n + j] * x[j] in double, with W given by a function of its index, rows
+// spread over the host's threads (a 10 GB W takes well under a second).
+template <typename WeightAt>
+std::vector<double> reference(const WeightAt& w_at, const std::vector<float>& x, int n, int d) {
+  std::vector<double> out(std::size_t(d), 0.0);
+  const unsigned threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (std::size_t r = t; r < std::size_t(d); r += threads) {
+        double sum = 0;
+        const std::size_t row = r * std::size_t(n);
+        for (std::size_t j = 0; j < std::size_t(n); ++j) sum += double(w_at(row + j)) * double(x[j]);
+        out[r] = sum;
+      }
+    });
+  for (auto& th : pool) th.join();
+  return out;
+}
+
+inline std::string shape_of(int n, int d) {
+  return "W " + std::to_string(d) + "x" + std::to_string(n) + " (d=" + std::to_string(d) + " rows of n=" +
+         std::to_string(n) + ")";
+}
+
+inline wb::CompareResult failure(const std::string& message) {
+  wb::CompareResult r;
+  r.ok = false;
+  r.message = message + "\n  reproduce with WB_SEED=" + std::to_string(wb::base_seed());
+  return r;
+}
+
+inline wb::CompareResult success() {
+  wb::CompareResult r;
+  r.ok = true;
+  return r;
+}
+
+inline wb::CompareSpec spec(const std::string& chapter, const std::string& what, int n, int d,
+                            const std::string& hint) {
+  wb::CompareSpec s;
+  s.chapter = chapter;
+  s.what = what + ", " + shape_of(n, d);
+  s.shape = {std::size_t(d)};
+  s.tol = wb::model::matvec_tolerance(n);
+  s.hint = hint;
+  return s;
+}
+
+// The first compare failure, with the rule's name put in front of its message.
+inline wb::CompareResult with_rule(wb::CompareResult r, const std::string& rule) {
+  if (!r.ok) r.message = rule + ": " + r.message;
+  return r;
+}
+
+}  // namespace detail
+
+const std::string kAlignmentRule = "rule: any alignment (W, x and y may each start at any float)";
+const std::string kAlignmentHint =
+    "hint: float4 loads need 16-byte aligned addresses: check every pointer you vectorize "
+    "(reinterpret_cast<std::uintptr_t>(p) % 16 == 0) and n % 4 == 0 (else row i starts at W + i*n, "
+    "unaligned), and fall back to scalar loads otherwise; never assume cudaMalloc's alignment, the "
+    "caller may pass a pointer into the middle of an array.";
+
+const std::string kTailRule = "rule: every column counts (any n >= 1, any d >= 1)";
+const std::string kTailHint =
+    "hint: when n is not a multiple of your block size (or of 4 with float4 loads), the last "
+    "columns of each row (the tail) still have to be added; when d is not a multiple of your rows "
+    "per block, round the grid up and guard the extra rows.";
+
+// y = W x with W, x and y at w_off, x_off, y_off floats past a 256-byte boundary. y sits
+// between guard bands; W and x must be unchanged afterwards.
+inline wb::CompareResult check_layout(const wb::model::DeviceMatvec& launch, int n, int d, int w_off, int x_off,
+                                      int y_off, const std::string& chapter) {
+  const std::string label = "ch" + chapter + "/edges/layout/" + std::to_string(d) + "x" + std::to_string(n);
+  const std::string layout = "W at +" + std::to_string(4 * w_off) + " B, x at +" + std::to_string(4 * x_off) +
+                             " B, y at +" + std::to_string(4 * y_off) + " B from a 16-byte boundary";
+  const std::string what = "launch_matvec with " + layout;
+  try {
+    const std::vector<float> W = signed_values(std::size_t(d) * std::size_t(n), label + "/W");
+    const std::vector<float> x = signed_values(std::size_t(n), label + "/x");
+    wb::DeviceBuffer<float> W_dev(W.size() + 4), x_dev(x.size() + 4);
+    WB_CUDA(cudaMemcpy(W_dev.data() + w_off, W.data(), W.size() * sizeof(float), cudaMemcpyHostToDevice));
+    WB_CUDA(cudaMemcpy(x_dev.data() + x_off, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    wb::GuardedBuffer<float> y_raw(std::size_t(d) + 4);
+    std::vector<float> guard_host(std::size_t(d) + 4);  // the bands around the y the kernel gets
+    WB_CUDA(cudaMemcpy(guard_host.data(), y_raw.data(), guard_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    WB_CUDA(cudaMemset(y_raw.data() + y_off, 0xFF, std::size_t(d) * sizeof(float)));
+    launch(y_raw.data() + y_off, x_dev.data() + x_off, W_dev.data() + w_off, n, d, nullptr);
+    WB_CUDA(cudaGetLastError());
+    WB_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> all = y_raw.download();
+    const std::string overrun = y_raw.overrun("y");
+    for (int i = 0; i < 4 + d; ++i) {
+      const bool mine = i >= y_off && i < y_off + d;
+      if ((!mine && std::memcmp(&all[std::size_t(i)], &guard_host[std::size_t(i)], sizeof(float)) != 0) ||
+          !overrun.empty())
+        return detail::failure("chapter " + chapter + ", " + what + ", " + detail::shape_of(n, d) +
+                               ": rule: write only your own elements. The kernel wrote outside y[0.." +
+                               std::to_string(d - 1) + "] (element " + std::to_string(i - y_off) +
+                               ").\nhint: guard every store with if (row < d), and store y[row], not a "
+                               "vector of rows.");
+    }
+    std::vector<float> W_after(W.size()), x_after(x.size());
+    WB_CUDA(cudaMemcpy(W_after.data(), W_dev.data() + w_off, W.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    WB_CUDA(cudaMemcpy(x_after.data(), x_dev.data() + x_off, x.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (const std::string& change : {wb::describe_input_change(W, W_after, "W"), wb::describe_input_change(x, x_after, "x")})
+      if (!change.empty())
+        return detail::failure("chapter " + chapter + ", " + what + ", " + detail::shape_of(n, d) +
+                               ": rule: inputs are read-only. The kernel " + change +
+                               ".\nhint: W and x are const float*: accumulate in registers and write only y.");
+    const std::vector<float> got(all.begin() + y_off, all.begin() + y_off + d);
+    const auto expected = wb::model::matvec_reference(W, x, n, d);
+    // With every pointer aligned, a wrong answer is about n or d, not alignment.
+    const bool aligned = w_off == 0 && x_off == 0 && y_off == 0;
+    return detail::with_rule(
+        wb::compare(got, expected, detail::spec(chapter, what, n, d, aligned ? kTailHint : kAlignmentHint)),
+        aligned ? kTailRule : kAlignmentRule);
+  } catch (const std::exception& e) {
+    return detail::failure("chapter " + chapter + ", " + what + ", " + detail::shape_of(n, d) + ": " + kAlignmentRule +
+                           ". The launch failed: " + e.what() + "\n" + kAlignmentHint);
+  }
+}
+
+const std::string kFenceRule = "rule: read and write only your own elements";
+
+// y = W x with W, x and y each ending exactly where mapped memory ends (Fence::After) or
+// starting exactly where it starts (Fence::Before).
+inline wb::CompareResult check_fenced(const wb::model::DeviceMatvec& launch, int n, int d, wb_tests::Fence fence,
+                                      const std::string& chapter) {
+  const bool after = fence == wb_tests::Fence::After;
+  const std::string label = "ch" + chapter + "/edges/fenced/" + std::to_string(d) + "x" + std::to_string(n);
+  const std::string what = std::string("launch_matvec with W, x and y ") +
+                           (after ? "ending exactly where mapped memory ends" : "starting exactly where mapped memory starts");
+  const std::string hint =
+      "hint: every load and store must stay inside [0, n) of its row and [0, d) of y: the last "
+      "row's last float4 may not reach past n, a rounded-up thread may not load x[j] for j >= n "
+      "(even to multiply it by zero), and no index may go below 0. Run compute-sanitizer "
+      "(--tool memcheck) on your test binary to see the faulting access.";
+  try {
+    const std::vector<float> W = signed_values(std::size_t(d) * std::size_t(n), label + "/W");
+    const std::vector<float> x = signed_values(std::size_t(n), label + "/x");
+    wb_tests::FencedBuffer<float> W_dev(W.size(), fence), x_dev(x.size(), fence), y_dev(std::size_t(d), fence);
+    W_dev.upload(W);
+    x_dev.upload(x);
+    y_dev.poison();
+    launch(y_dev.data(), x_dev.data(), W_dev.data(), n, d, nullptr);
+    WB_CUDA(cudaGetLastError());
+    WB_CUDA(cudaDeviceSynchronize());
+    const auto expected = wb::model::matvec_reference(W, x, n, d);
+    return detail::with_rule(wb::compare(y_dev.download(), expected, detail::spec(chapter, what, n, d, kAlignmentHint)),
+                             "rule: inputs may sit anywhere, even at the very end of memory (here W, x and y "
+                             "start wherever that puts them, aligned or not)");
+  } catch (const std::exception& e) {
+    return detail::failure("chapter " + chapter + ", " + what + ", " + detail::shape_of(n, d) + ": " + kFenceRule +
+                           " (inputs end exactly where memory ends). The kernel faulted: " + e.what() +
+                           ": it read or wrote past an end of W, x or y.\n" + hint);
+  }
+}
+
+const std::string kRowsRule = "rule: any number of rows (d may exceed 65535, a grid's y and z limit)";
+const std::string kRowsHint =
+    "hint: gridDim.y and gridDim.z are at most 65535, gridDim.x up to 2^31-1: put rows in "
+    "blockIdx.x (or loop over rows with a stride), and compute row offsets as "
+    "std::size_t(row) * n.";
+
+// Many rows (a 151936-row classifier): y = W x through the guarded check.
+inline wb::CompareResult check_tall(const wb::model::DeviceMatvec& launch, int n, int d, const std::string& chapter) {
+  try {
+    return detail::with_rule(wb::model::check_device_matvec(launch, n, d, {chapter, "launch_matvec", kRowsHint}),
+                             kRowsRule);
+  } catch (const std::exception& e) {
+    return detail::failure("chapter " + chapter + ", launch_matvec, " + detail::shape_of(n, d) + ": " + kRowsRule +
+                           ". The launch failed: " + e.what() + "\n" + kRowsHint);
+  }
+}
+
+const std::string kIndexRule = "rule: 64-bit index arithmetic (d*n may exceed 2^31)";
+const std::string kIndexHint =
+    "hint: row * n overflows a 32-bit int once it passes 2^31 (here from row " +
+    std::string("2^31 / n on): compute offsets as std::size_t(row) * std::size_t(n), and any "
+                "flat index or grid-stride loop over all of W in std::size_t; a grid capped at "
+                "some maximum must loop until every row is done.");
+
+struct HugeCheck {
+  wb::CompareResult result;
+  std::string skipped;  // why the check could not run here (not enough memory); empty when it ran
+};
+
+// d * n > 2^31 floats on the device: W generated there (hashed_value), the reference on the
+// host's threads. W is exactly d*n*4 bytes of cudaMalloc (151936 x 16384 floats is a whole
+// number of 2 MiB pages, so W ends where its allocation ends).
+inline HugeCheck check_huge(const wb::model::DeviceMatvec& launch, int n, int d, const std::string& chapter) {
+  HugeCheck out;
+  const std::size_t count = std::size_t(d) * std::size_t(n);
+  const std::size_t need = count * sizeof(float) + (std::size_t(512) << 20);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < need) {
+    out.skipped = "skipped: " + detail::shape_of(n, d) + " needs " + std::to_string(need >> 20) +
+                  " MiB of device memory, this GPU has " + std::to_string(free_bytes >> 20) +
+                  " MiB free (the check of index arithmetic past 2^31 runs on GPUs with more memory)";
+    return out;
+  }
+  const std::string label = "ch" + chapter + "/edges/huge/" + std::to_string(d) + "x" + std::to_string(n);
+  try {
+    const std::uint64_t w_seed = seed_for(label + "/W");
+    const std::vector<float> x = signed_values(std::size_t(n), label + "/x");
+    wb::DeviceBuffer<float> W(count), x_dev{std::span<const float>(x)};
+    wb::GuardedBuffer<float> y{std::size_t(d)};
+    detail::fill_hashed<<<1024, 256>>>(W.data(), count, w_seed);
+    WB_CHECK_LAUNCH("fill_hashed");
+    WB_CUDA(cudaDeviceSynchronize());
+    launch(y.data(), x_dev.data(), W.data(), n, d, nullptr);
+    WB_CUDA(cudaGetLastError());
+    WB_CUDA(cudaDeviceSynchronize());
+    if (const std::string overrun = y.overrun("y"); !overrun.empty()) {
+      out.result = detail::failure("chapter " + chapter + ", launch_matvec, " + detail::shape_of(n, d) + ": " +
+                                   kIndexRule + ". The kernel " + overrun + ".\n" + kIndexHint);
+      return out;
+    }
+    const auto expected = detail::reference([&](std::size_t i) { return hashed_value(w_seed, i); }, x, n, d);
+    out.result = detail::with_rule(
+        wb::compare(y.download(), expected, detail::spec(chapter, "launch_matvec", n, d, kIndexHint)), kIndexRule);
+  } catch (const std::exception& e) {
+    out.result = detail::failure("chapter " + chapter + ", launch_matvec, " + detail::shape_of(n, d) + ": " +
+                                 kIndexRule + ". The kernel failed: " + e.what() + "\n" + kIndexHint);
+  }
+  return out;
+}
+
+// The same size through a host wrapper: W (10 GB) in host memory; `call` computes out = W x
+// (for chapter 03 it loads W first). Checks the wrapper's own size arithmetic too.
+using HostCall = std::function<void(float* out, const float* x, const float* W, int n, int d)>;
+inline HugeCheck check_huge_host(const HostCall& call, int n, int d, const std::string& chapter,
+                                 const std::string& what, std::size_t device_bytes_needed) {
+  HugeCheck out;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < device_bytes_needed) {
+    out.skipped = "skipped: " + what + " with " + detail::shape_of(n, d) + " needs " +
+                  std::to_string(device_bytes_needed >> 20) + " MiB of device memory, this GPU has " +
+                  std::to_string(free_bytes >> 20) + " MiB free";
+    return out;
+  }
+  const std::string label = "ch" + chapter + "/edges/huge-host/" + std::to_string(d) + "x" + std::to_string(n);
+  const std::size_t count = std::size_t(d) * std::size_t(n);
+  const std::uint64_t w_seed = seed_for(label + "/W");
+  // Uninitialized, then filled by every thread (a zero-filled 10 GB vector costs seconds).
+  std::unique_ptr<float[]> W_owner(new float[count]);
+  float* const W = W_owner.get();
+  {
+    const unsigned threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        const std::size_t begin = count / threads * t, end = t + 1 == threads ? count : count / threads * (t + 1);
+        for (std::size_t i = begin; i < end; ++i) W[i] = hashed_value(w_seed, i);
+      });
+    for (auto& th : pool) th.join();
+  }
+  const std::vector<float> x = signed_values(std::size_t(n), label + "/x");
+  std::vector<float> got(std::size_t(d), std::numeric_limits<float>::quiet_NaN());
+  try {
+    call(got.data(), x.data(), W, n, d);
+    const auto expected = detail::reference([&](std::size_t i) { return W[i]; }, x, n, d);
+    out.result = detail::with_rule(
+        wb::compare(got, expected,
+                    detail::spec(chapter, what, n, d,
+                                 "hint: the byte counts of the copies are d*n*sizeof(float): compute them in "
+                                 "std::size_t (std::size_t(n) * std::size_t(d) * sizeof(float)); n * d in int "
+                                 "overflows first.")),
+        kIndexRule);
+  } catch (const std::exception& e) {
+    out.result = detail::failure("chapter " + chapter + ", " + what + ", " + detail::shape_of(n, d) + ": " +
+                                 kIndexRule + ". It failed: " + e.what() +
+                                 "\nhint: sizes of d*n floats need std::size_t arithmetic all the way "
+                                 "(std::size_t(n) * std::size_t(d) * sizeof(float)).");
+  }
+  return out;
+}
+
+// ---- The suites the chapters run (the first failure of each, or success).
+
+// Shapes: n of 1, 3, 4, 5, a warp's multiple, around 1024 and 4096 (every remainder mod 4 and
+// every vector-width tail), d of 1 and a number that is no multiple of anything; layouts:
+// every pointer alone off its boundary, then all three at different offsets. The aligned
+// layout of each shape runs first, so a wrong answer there is reported as a tail problem.
+inline wb::CompareResult check_all_layouts(const wb::model::DeviceMatvec& launch, const std::string& chapter) {
+  struct Shape { int d, n; };
+  const Shape shapes[] = {{1, 1}, {1, 4097}, {37, 3}, {37, 4}, {37, 5}, {37, 768}, {37, 1023},
+                          {37, 1024}, {37, 4096}, {37, 4097}, {3, 16387}};
+  const int layouts[][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {3, 2, 1}, {2, 3, 3}};
+  for (const Shape& s : shapes)
+    for (const auto& l : layouts) {
+      wb::CompareResult r = check_layout(launch, s.n, s.d, l[0], l[1], l[2], chapter);
+      if (!r.ok) return r;
+    }
+  return detail::success();
+}
+
+inline wb::CompareResult check_all_fenced(const wb::model::DeviceMatvec& launch, const std::string& chapter) {
+  struct Case { int d, n; wb_tests::Fence fence; };
+  const Case cases[] = {{1, 1, wb_tests::Fence::After},      {3, 5, wb_tests::Fence::After},
+                        {37, 4096, wb_tests::Fence::After},  {37, 4097, wb_tests::Fence::After},
+                        {9, 1023, wb_tests::Fence::After},   {300, 768, wb_tests::Fence::After},
+                        {33, 64, wb_tests::Fence::After},    {3, 5, wb_tests::Fence::Before},
+                        {37, 4097, wb_tests::Fence::Before}, {37, 4096, wb_tests::Fence::Before}};
+  for (const Case& c : cases) {
+    wb::CompareResult r = check_fenced(launch, c.n, c.d, c.fence, chapter);
+    if (!r.ok) return r;
+  }
+  return detail::success();
+}
+
+inline wb::CompareResult check_all_tall(const wb::model::DeviceMatvec& launch, const std::string& chapter) {
+  struct Shape { int d, n; };
+  for (const Shape s : {Shape{65536, 3}, Shape{151936, 96}, Shape{70001, 257}}) {
+    wb::CompareResult r = check_tall(launch, s.n, s.d, chapter);
+    if (!r.ok) return r;
+  }
+  return detail::success();
+}
+
+// The classifier of a 151936-token vocabulary over 16384 features: 2.49e9 floats.
+constexpr int kHugeRows = 151936, kHugeCols = 16384;
+
+}  // namespace matvec_edges
