@@ -144,7 +144,7 @@ def main(argv=None) -> int:
                 fn = lambda x=logits, c=c: sort_sampler(torch, x, c["temperature"], c["top_k"],  # noqa: E731
                                                         c["top_p"], generator)
             samples, converged = timer.run(fn, cold=True)
-            e = {"variant": variant, "impl": "pytorch", "shape": f"{rows}x{vocab}", "sampling": case,
+            e = {"variant": variant, "impl": "pytorch", "shape": f"{rows}x{vocab}", "sampling": case, "op": case,
                  "rows": rows, "vocab": vocab, "params": dict(c), "d2h_bytes_per_row": 0}
             e.update(pp.stats_entry(samples, converged, nbytes, 0, copy_gbps, "cold"))
             fresh = torch.randn(rows, vocab, device="cuda", generator=generator) * 4.0
@@ -160,7 +160,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
         del logits
 
-    doc = {"schema": pp.SCHEMA_ID, "chapter": "pytorch_sampler", "build": "peer",
+    # "pytorch_peers": the schema's name for a peer file (this one holds the sampler peer).
+    doc = {"schema": pp.SCHEMA_ID, "chapter": "pytorch_peers", "build": "peer",
            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "environment": pp.environment(torch, copy_gbps, timer.l2_bytes),
            "peer": {"framework": f"torch {torch.__version__}", "script": "notebooks/peers/pytorch_sampler.py",

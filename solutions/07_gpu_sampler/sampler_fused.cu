@@ -66,6 +66,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 
 #include "sampler.cuh"
 #include "wb/check.hpp"
@@ -767,7 +768,10 @@ void sample_fused(const float* logits, int rows, int vocab, const SamplingParams
                   int* tokens, float* confidence, void* workspace, std::size_t workspace_bytes,
                   cudaStream_t stream) {
   check_sampling_args("sample_fused", logits, rows, vocab, params, tokens, confidence);
-  (void)workspace, (void)workspace_bytes;
+  if (workspace_bytes < fused_sampler_workspace_bytes(rows, vocab))
+    throw std::invalid_argument("ch07 sample_fused: workspace_bytes is smaller than "
+                                "fused_sampler_workspace_bytes(rows, vocab)");
+  (void)workspace;
   if (rows == 0) return;
 
   static std::once_flag configured;

@@ -20,15 +20,17 @@
 // Sampling cases ("sampling"): topk50_topp0.9 (T = 1, top_k 50, top_p 0.9), topp0.9 (T = 1,
 // top_p 0.9 alone) and greedy (T = 0). Every timed entry records "d2h_bytes_per_row" and
 // "speedup_vs_cpu_1t" / "speedup_vs_sort_then_cpu" where those ran at the same shape and case.
-// Steps 2 and 3 also record "stages" (sort_us, copy_us, cpu_post_us, ...): the report's
-// stage table, each stage timed on its own (see measure_stages) and the CPU part as the
-// remainder of the whole call.
+// "op" repeats "sampling" (the schema's key for telling entries of one shape apart). Steps
+// 2 and 3 also get a "stages" entry (impl = the step's variant) whose "breakdown_us" is the
+// report's stage table: sort / gpu, copy, cpu_post, each timed on its own (see the stage
+// table below) with the CPU part as the remainder of the whole call for step 2.
 //
-// Then the report's workload replayed ("replay_16x151936" entries, one per variant): a block
-// of 16 masked positions over a 151936-token vocabulary, `kReplaySteps` denoising steps. Each
-// step makes fresh logits on the GPU (a stand-in for the model: a kernel that writes them,
-// timed alone as "replay_logits_only") and samples them; "sampling_share" is the part of the
-// step spent sampling, "ms_per_step" the whole step.
+// Then the report's workload replayed ("replay_16x151936" entries, one per variant, "op" =
+// the variant): a block of 16 masked positions over a 151936-token vocabulary, kReplaySteps
+// denoising steps. Each step runs a stand-in for the model's forward pass (it streams
+// kStandinWeightBytes of "weights", what a 1B-parameter bf16 model reads per step, then
+// writes fresh logits; timed alone as "replay_logits_only") and samples its logits;
+// "sampling_share" is the part of the step spent sampling, "ms_per_step" the whole step.
 //
 // Timing: GPU-only work (fused, greedy, copy) by device events around the stream's work
 // (wb::Bench, Clock::Device, cold L2); steps 1-3, which synchronize or run on the CPU, by
@@ -88,6 +90,7 @@ const Case kTopP{"topp0.9", {1.0f, 0, 0.9f, 2024, 0}};
 const Case kGreedy{"greedy", {0.0f, 0, 1.0f, 2024, 0}};
 
 constexpr int kReplaySteps = 64;
+constexpr std::size_t kStandinWeightBytes = std::size_t(2) << 30;  // 1B parameters in bf16
 
 // Logits with a realistic spread: normal, standard deviation 4 (as the PyTorch peer's).
 std::vector<float> make_logits(const Shape& s, const std::string& label) {
@@ -171,6 +174,7 @@ class SamplerBench {
       extra["rows"] = s.rows;
       extra["vocab"] = s.vocab;
       extra["sampling"] = c.name;
+      extra["op"] = c.name;  // (variant, impl, shape, op) names one entry
       extra["params"] = {{"temperature", c.params.temperature}, {"top_k", c.params.top_k},
                          {"top_p", c.params.top_p}};
       const std::string key = s.name() + "/" + c.name;
@@ -188,7 +192,7 @@ class SamplerBench {
       std::cerr << "bench_07: " << variant << " " << s.name() << " " << c.name << ": " << e.what()
                 << " (skipped)\n";
       writer_.add_metrics(variant, impl, s.name(),
-                          {{"sampling", c.name}, {"skipped", e.what()}});
+                          {{"sampling", c.name}, {"op", c.name}, {"skipped", e.what()}});
     }
     return 0;
   }
@@ -334,7 +338,23 @@ __global__ void make_step_logits(float* logits, std::size_t n, unsigned step) {
   }
 }
 
-void launch_step_logits(float* logits, std::size_t n, unsigned step, cudaStream_t stream) {
+// The forward pass's weight traffic: every byte of `weights` read once (a sum that is kept,
+// so the reads cannot be optimized away).
+__global__ void stream_weights(const float4* weights, std::size_t n, float* sink) {
+  float acc = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float4 w = weights[i];
+    acc += w.x + w.y + w.z + w.w;
+  }
+  if (acc == 12345.678f) *sink = acc;  // never true for the zeroed weights; keeps the loads
+}
+
+void launch_step_logits(const void* weights, float* sink, float* logits, std::size_t n, unsigned step,
+                        cudaStream_t stream) {
+  stream_weights<<<132 * 8, 512, 0, stream>>>(static_cast<const float4*>(weights),
+                                              kStandinWeightBytes / sizeof(float4), sink);
+  WB_CHECK_LAUNCH("stream_weights");
   make_step_logits<<<1024, 256, 0, stream>>>(logits, n, step);
   WB_CHECK_LAUNCH("make_step_logits");
 }
@@ -597,16 +617,61 @@ int main(int argc, char** argv) {
           const double post3_us = time_candidate_post(s, host_logits, p, reps);
           if (step2_us > 0)
             writer.add_metrics("stages", "sort_then_cpu", s.name(),
-                               {{"sampling", c.name}, {"total_us", step2_us}, {"sort_us", sort_us},
-                                {"copy_us", copy2_us},
-                                {"cpu_post_us", std::max(0.0, step2_us - sort_us - copy2_us)}});
+                               {{"sampling", c.name}, {"op", c.name}, {"total_us", step2_us},
+                                {"breakdown_us",
+                                 {{"sort", sort_us}, {"copy", copy2_us},
+                                  {"cpu_post", std::max(0.0, step2_us - sort_us - copy2_us)}}}});
           if (step3_us > 0)
             writer.add_metrics("stages", "top_candidates", s.name(),
-                               {{"sampling", c.name}, {"total_us", step3_us},
-                                {"gpu_us", std::max(0.0, step3_us - copy3_us - post3_us)},
-                                {"copy_us", copy3_us}, {"cpu_post_us", post3_us}});
+                               {{"sampling", c.name}, {"op", c.name}, {"total_us", step3_us},
+                                {"breakdown_us",
+                                 {{"gpu", std::max(0.0, step3_us - copy3_us - post3_us)},
+                                  {"copy", copy3_us}, {"cpu_post", post3_us}}}});
         }
       }
+    }
+
+    // Observed frequencies against the exact probabilities (the notebook's picture of the
+    // statistical test): one row of 32000 logits, copied into 256 rows, sampled at 400 steps
+    // (102400 draws), top-k 50 + top-p 0.9. The exact side is the CPU reference's kept set,
+    // renormalized.
+    {
+      const Shape one{1, 32000};
+      const int rows = 256, steps = quick ? 40 : 400;
+      const SamplingParams base = kTopK50TopP.params;
+      const std::vector<float> row = make_logits(one, "frequencies");
+      std::vector<float> many;
+      for (int r = 0; r < rows; ++r) many.insert(many.end(), row.begin(), row.end());
+      wb::DeviceBuffer<float> logits(many.size());
+      logits.upload(many);
+      wb::DeviceBuffer<int> d_tokens(rows);
+      wb::DeviceBuffer<float> d_conf(rows);
+      const std::size_t ws_bytes = ch07::fused_sampler_workspace_bytes(rows, one.vocab);
+      wb::DeviceBuffer<unsigned char> workspace(std::max<std::size_t>(ws_bytes, 256));
+      std::map<int, long> counts;
+      for (int step = 0; step < steps; ++step) {
+        SamplingParams p = base;
+        p.step = static_cast<std::uint64_t>(step);
+        ch07::sample_fused(logits.data(), rows, one.vocab, p, d_tokens.data(), d_conf.data(),
+                           workspace.data(), ws_bytes, nullptr);
+        for (int t : d_tokens.download()) ++counts[t];
+      }
+      const ch07::reference::KeptSet kept = ch07::reference::kept_set(row.data(), one.vocab, base);
+      nlohmann::json tokens = nlohmann::json::array(), expected = nlohmann::json::array(),
+                     observed = nlohmann::json::array();
+      long inside = 0;
+      for (std::size_t i = 0; i < kept.tokens.size(); ++i) {
+        tokens.push_back(kept.tokens[i]);
+        expected.push_back(kept.p[i] / kept.mass);
+        const long c = counts.count(kept.tokens[i]) ? counts[kept.tokens[i]] : 0;
+        observed.push_back(c);
+        inside += c;
+      }
+      writer.add_metrics("frequencies", build, one.name(),
+                         {{"op", kTopK50TopP.name}, {"sampling", kTopK50TopP.name},
+                          {"draws", static_cast<long>(rows) * steps}, {"outside_kept_set",
+                          static_cast<long>(rows) * steps - inside}, {"tokens", tokens},
+                          {"expected_p", expected}, {"observed", observed}});
     }
 
     // The report's workload, replayed: 16 x 151936, kReplaySteps denoising steps.
@@ -629,9 +694,12 @@ int main(int argc, char** argv) {
       } catch (const wb::NotImplemented&) {
       }
       const int steps = quick ? 16 : kReplaySteps;
+      wb::DeviceBuffer<unsigned char> weights(kStandinWeightBytes);
+      wb::DeviceBuffer<float> sink(1);
+      WB_CUDA(cudaMemset(weights.data(), 0, kStandinWeightBytes));
       const auto replay = [&](const std::function<void(const SamplingParams&)>& sample) {
         for (int i = 0; i < 2; ++i) {  // warm up
-          launch_step_logits(logits.data(), s.count(), 1000 + i, nullptr);
+          launch_step_logits(weights.data(), sink.data(), logits.data(), s.count(), 1000 + i, nullptr);
           sample(base);
         }
         return time_host(
@@ -639,7 +707,7 @@ int main(int argc, char** argv) {
                      for (int step = 0; step < steps; ++step) {
                        SamplingParams p = base;
                        p.step = static_cast<std::uint64_t>(step);
-                       launch_step_logits(logits.data(), s.count(), static_cast<unsigned>(step), nullptr);
+                       launch_step_logits(weights.data(), sink.data(), logits.data(), s.count(), static_cast<unsigned>(step), nullptr);
                        sample(p);
                      }
                    },
@@ -656,7 +724,8 @@ int main(int argc, char** argv) {
           const double per_step = replay(sample);
           const double sampling = std::max(0.0, per_step - logits_only);
           writer.add_metrics("replay_16x151936", impl, s.name(),
-                             {{"sampler", variant}, {"sampling", kTopK50TopP.name}, {"steps", steps},
+                             {{"sampler", variant}, {"op", variant}, {"sampling", kTopK50TopP.name},
+                              {"steps", steps},
                               {"ms_per_step", per_step / 1000.0}, {"sampling_us_per_step", sampling},
                               {"sampling_share", per_step > 0 ? sampling / per_step : 0.0},
                               {"d2h_bytes_per_row", d2h}});
