@@ -5,8 +5,11 @@
 // each block owns a contiguous slice of the row, keeps it in shared memory after the first
 // read, and the blocks of a row talk through distributed shared memory (each reads the
 // others' shared memory) with cluster.sync() as the barrier. The row is read from device
-// memory once; every later pass reads shared memory. 16 rows of 151936 are 128 blocks: the
-// whole GPU, where a block per row would use 16 SMs of 132.
+// memory once; every later pass reads shared memory. 16 rows of 151936 are 128 blocks of
+// 512 threads, two per SM (kBlocksPerSM: 64 registers a thread, all of the SM's shared
+// memory as shared memory), so all 16 clusters run at once; a block per row would use 16
+// SMs of 132. (At one block per SM an H200 holds 15 clusters of 8: the 16th row waited
+// for a second wave, which doubled the time in the development runs.)
 //
 // WHAT A ROW GOES THROUGH.
 //   1. Statistics, one pass: the max (and its lowest index: the greedy token), the softmax
@@ -39,8 +42,9 @@
 // bins on the float's top bits (the textbook radix select) would put most of the row in a
 // handful (one exponent covers [8, 16)), and thousands of threads adding to the same
 // shared-memory counter wait for each other. Entries of the last bin are counted in
-// registers for the same reason. Stage 1 is computed once and serves all three selections.
-// Inside the chosen bin a selection compacts the bin's entries (usually a few dozen) into a
+// registers for the same reason. With top-k on, stage 1 holds counts only (the depth is a
+// count, and the leader weighs what it gets); otherwise it also holds each bin's mass and
+// serves all the selections. Inside the chosen bin a selection compacts the bin's entries (usually a few dozen) into a
 // list and refines over their order keys (the float's bits, flipped so that unsigned order
 // is float order), 8 bits a pass, from the smallest to the largest key in the bin.
 //
@@ -51,6 +55,17 @@
 // (for the confidence) is reduced in a fixed tree: each block over its threads, then the
 // blocks in rank order.
 //
+// DEVELOPMENT (runs on an H200, 16 x 151936, top-k 50 + top-p 0.9; greedy in brackets):
+// every pass over global memory and a leader sort by cub's 64-bit block radix sort: 168 us
+// (50); the slice copied to shared memory with all its loads in flight (memcpy_async), the
+// entries that matter gathered to the leader, masses added as two 32-bit words: 79 us (27);
+// two blocks per SM (one wave of clusters), a counting sort in the leader, count-only
+// stage 1 under top-k: 42 us (21). Where it still goes: ncu shows each block busy about
+// two thirds of the kernel at a quarter of the SM's warps; the next steps are fewer
+// cluster barriers (stage 1 and the statistics in one pass, with the histogram bins
+// rescaled per block), 16-block clusters for fewer entries per block, and, for top-p
+// without top-k, mass atomics without a returned value (fixed-point limbs).
+//
 // BAD ROWS (the contract's rule 5): a NaN or +inf anywhere, or every entry -inf, gives
 // token -1 and confidence NaN. -inf entries are masked: weight 0, never counted by top-k.
 #include <cooperative_groups.h>
@@ -60,8 +75,8 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include <cfloat>
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstdint>
