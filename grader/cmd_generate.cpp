@@ -5,6 +5,8 @@
 //   ./workbook generate --model stories260K.bin --tokenizer tok512.bin --backend 03
 //   ./workbook generate --backend 01 --build student --prompt "Once upon a time"
 //   ./workbook generate --save-synthetic synthetic110m.bin  # for llama2.c's run.c
+//   ./workbook generate --sampler 07 --temperature 0.8 --top-k 50 --top-p 0.9 --seed 7
+//                                                          # chapter 07's samplers pick
 //
 // The CPU backend runs here (wb::model). The GPU backends live in the chapters' libraries,
 // which only chapter 03's bench program links (all three chapters, one build): this
@@ -51,7 +53,35 @@ struct Options {
   float temperature = 0.0f;
   unsigned long long seed = 42;
   int threads = 0;
+  std::string sampler;  // "" = the model engine's own; cpu or 07 = chapter 07's
+  int top_k = 0;
+  float top_p = 1.0f;
 };
+
+// Chapter 07's samplers (--sampler cpu|07) live in chapter 07's library, which its bench
+// program links: build bench_07_<build> and let its `generate` subcommand run.
+int generate_with_chapter_sampler(const Options& o) {
+  const std::string target = "bench_07_" + o.build;
+  const std::string binary_dir = WB_BINARY_DIR;
+  std::cerr << "workbook generate: building " << target << " (chapter 07, " << o.build << " build)\n";
+  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}) != 0) {
+    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: --sampler needs "
+              << "chapter 07 configured" << (o.build == "student" ? " and your chapter files compiling" : "")
+              << "; `./workbook check 07` shows what is missing.\n";
+    return 2;
+  }
+  std::vector<std::string> args = {binary_dir + "/bin/" + target, "generate", "--sampler", o.sampler,
+                                   "--steps", std::to_string(o.steps), "--temperature",
+                                   std::to_string(o.temperature), "--top-k", std::to_string(o.top_k),
+                                   "--top-p", std::to_string(o.top_p), "--seed", std::to_string(o.seed),
+                                   "--threads", std::to_string(o.threads)};
+  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
+  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
+  const int code = run_and_wait(args);
+  if (code == 77) std::cerr << "workbook generate: --sampler " << o.sampler << " needs a CUDA device\n";
+  return code;
+}
 
 // The GPU backends: build chapter 03's bench program for `build` and let it generate.
 int generate_on_gpu(const Options& o) {
@@ -98,6 +128,14 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--temperature", options->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--seed", options->seed, "sampling seed (with --temperature > 0)")->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--sampler", options->sampler,
+                  "pick tokens with chapter 07's samplers: cpu (step 1) or 07 (the fused GPU sampler); "
+                  "reproducible with --seed")
+      ->check(CLI::IsMember({"cpu", "07"}));
+  cmd->add_option("--top-k", options->top_k, "with --sampler: keep the k most probable tokens (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", options->top_p, "with --sampler: keep the nucleus of this mass (1 = off)")
+      ->capture_default_str();
   cmd->add_option("--save-synthetic", options->save_synthetic,
                   "write the synthetic 110M model as a llama2.c checkpoint to this file and exit");
   cmd->callback([options] {
@@ -113,6 +151,20 @@ void register_generate(CLI::App& app) {
         std::cerr << "workbook generate: " << e.what() << "\n";
         set_exit_code(2);
       }
+      return;
+    }
+    if (!o.sampler.empty()) {
+      if (o.backend != "cpu") {
+        std::cerr << "workbook generate: --sampler runs with the CPU matmuls (--backend cpu)\n";
+        set_exit_code(2);
+        return;
+      }
+      set_exit_code(generate_with_chapter_sampler(o));
+      return;
+    }
+    if (o.top_k != 0 || o.top_p != 1.0f) {
+      std::cerr << "workbook generate: --top-k and --top-p need --sampler cpu or --sampler 07\n";
+      set_exit_code(2);
       return;
     }
     if (o.backend != "cpu") {

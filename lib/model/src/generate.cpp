@@ -39,7 +39,9 @@ Generation generate(Transformer& transformer, const Tokenizer& tokenizer,
     g.forward_passes++;
     if (pos == 0) timer_start = Clock::now();  // the first pass pays one-time costs
     // Inside the prompt the next token is forced; after it, the sampler picks.
-    const int next = pos + 1 < int(prompt.size()) ? prompt[std::size_t(pos) + 1] : sampler.next(logits);
+    const int next = pos + 1 < int(prompt.size()) ? prompt[std::size_t(pos) + 1]
+                     : options.pick                 ? options.pick(logits, pos)
+                                                    : sampler.next(logits);
     if (next == Tokenizer::kBos) break;  // llama2.c's models emit BOS to end a story
     const std::string piece = tokenizer.decode(token, next);
     if (!is_unprintable_piece(piece)) {

@@ -85,6 +85,8 @@ int run_generate(const GenerateRequest& request, Matmul& backend, std::ostream& 
     options.steps = request.steps;
     options.temperature = request.temperature;
     options.seed = request.seed;
+    options.pick = request.pick;
+    if (!request.sampler_name.empty()) log << "sampler: " << request.sampler_name << "\n";
     const Generation g = generate(transformer, *tokenizer, options, [&out](std::string_view piece) {
       out << piece << std::flush;
     });

@@ -4,6 +4,7 @@
 // passes or when the model produces BOS (llama2.c's convention for "end of story").
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,10 @@ struct GenerateOptions {
   int steps = 256;             // forward passes, capped at the model's seq_len
   float temperature = 0.0f;    // 0: greedy
   std::uint64_t seed = 42;     // for temperature > 0
+  // When set, picks every generated token instead of the built-in Sampler: it gets the
+  // logits and the position (a step counter for counter-based generators such as chapter
+  // 07's). `./workbook generate --sampler cpu|07` plugs chapter 07's samplers in here.
+  std::function<int(std::span<const float> logits, int position)> pick;
 };
 
 struct Generation {

@@ -3,6 +3,8 @@
 // program (the GPU backends of chapters 01-03): pick the model and tokenizer, generate,
 // print the text as it comes and the speed at the end.
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <iosfwd>
 #include <string>
 
@@ -18,6 +20,8 @@ struct GenerateRequest {
   float temperature = 0.0f;
   std::uint64_t seed = 42;
   int threads = 0;             // CPU threads (<= 0: all)
+  std::function<int(std::span<const float>, int)> pick;  // GenerateOptions::pick
+  std::string sampler_name;    // what `pick` is, for the log ("" = the built-in sampler)
 };
 
 // Generates with `backend`: the text goes to `out` piece by piece, notes (which model, what

@@ -1,0 +1,835 @@
+// Chapter 07, step 4, reference: the fused GPU sampler. No sort, one kernel, a few bytes
+// per row out.
+//
+// WHO DOES WHAT. One thread-block CLUSTER per row (kClusterSize blocks, Hopper's clusters):
+// each block owns a contiguous slice of the row, keeps it in shared memory after the first
+// read, and the blocks of a row talk through distributed shared memory (each reads the
+// others' shared memory) with cluster.sync() as the barrier. The row is read from device
+// memory once; every later pass reads shared memory. 16 rows of 151936 are 128 blocks of
+// 512 threads, two per SM (kBlocksPerSM: 64 registers a thread, all of the SM's shared
+// memory as shared memory), so all 16 clusters run at once; a block per row would use 16
+// SMs of 132. (At one block per SM an H200 holds 15 clusters of 8: the 16th row waited
+// for a second wave, which doubled the time in the development runs.)
+//
+// WHAT A ROW GOES THROUGH.
+//   1. Statistics, one pass: the max (and its lowest index: the greedy token), the softmax
+//      denominator Z = sum exp((x - max) / T) kept "online" (chapter 04), whether the row
+//      has a NaN or +inf, how many entries are not -inf. Greedy rows stop here.
+//   2. Every later question is "which token sits at position n of the sorted order?"
+//      (probability descending, ties by lower index) for some n defined by a running sum:
+//        top-k:  the smallest n whose COUNT reaches k,
+//        top-p:  the smallest n whose MASS reaches top_p x (mass kept by top-k),
+//        draw:   the smallest n whose MASS exceeds u x (mass kept by top-p).
+//      The draw is the inverse CDF taken in the sorted order, so one routine, select(),
+//      answers all three without sorting: histograms narrow down the logit of the n-th
+//      token until only one logit value is left (a radix select), and the position inside
+//      a run of equal logits follows from the count (equal logits have equal probability;
+//      the run is ordered by index).
+//   3. The token: the j-th entry, in index order, whose logit has that value. Its
+//      confidence: exp((x - max) / T) / Z.
+//
+// THE SHORT WAY (almost every row). Stage 1's histogram already says how many entries lie
+// in the bins up to the one holding the last position any selection can reach (position k
+// with top-k; the top-p cut without it). When they are few (at most kGatherCapacity: a top-k
+// of 50 is a few hundred), every block sends those entries to the row's first block (the
+// leader) through distributed shared memory, and the leader sorts them (by counting)
+// and walks the sorted list once for top-k, top-p and the draw. Only when they are too many
+// (a flat row, top-p 0.99, no filter at all) do the selections refine as described next.
+//
+// THE HISTOGRAMS. The first (stage 1) bins every entry by d = (max - x) / T, 8 bins per
+// unit of d, the last bin holding everything from d = 31.875 on (probabilities below
+// e^-31.875 of the top one). Equal-width bins in d spread a row's entries over many bins;
+// bins on the float's top bits (the textbook radix select) would put most of the row in a
+// handful (one exponent covers [8, 16)), and thousands of threads adding to the same
+// shared-memory counter wait for each other. Entries of the last bin are counted in
+// registers for the same reason. With top-k on, stage 1 holds counts only (the depth is a
+// count, and the leader weighs what it gets); otherwise it also holds each bin's mass and
+// serves all the selections. Inside the chosen bin a selection compacts the bin's entries (usually a few dozen) into a
+// list and refines over their order keys (the float's bits, flipped so that unsigned order
+// is float order), 8 bits a pass, from the smallest to the largest key in the bin.
+//
+// DETERMINISM. The tokens must not depend on timing or launch shape, so nothing is summed
+// in an order that can change. Masses are fixed-point integers: an entry's weight
+// exp((x - max) / T), at most 1, times 2^s (s such that the whole row's sum fits 62 bits).
+// Integer sums are exact in any order, so shared-memory atomics may add them. The float Z
+// (for the confidence) is reduced in a fixed tree: each block over its threads, then the
+// blocks in rank order.
+//
+// DEVELOPMENT (runs on an H200, 16 x 151936, top-k 50 + top-p 0.9; greedy in brackets):
+// every pass over global memory and a leader sort by cub's 64-bit block radix sort: 168 us
+// (50); the slice copied to shared memory with all its loads in flight (memcpy_async), the
+// entries that matter gathered to the leader, masses added as two 32-bit words: 79 us (27);
+// two blocks per SM (one wave of clusters), a counting sort in the leader, count-only
+// stage 1 under top-k: 42 us (21). Where it still goes: ncu shows each block busy about
+// two thirds of the kernel at a quarter of the SM's warps; the next steps are fewer
+// cluster barriers (stage 1 and the statistics in one pass, with the histogram bins
+// rescaled per block), 16-block clusters for fewer entries per block, and, for top-p
+// without top-k, mass atomics without a returned value (fixed-point limbs).
+//
+// BAD ROWS (the contract's rule 5): a NaN or +inf anywhere, or every entry -inf, gives
+// token -1 and confidence NaN. -inf entries are masked: weight 0, never counted by top-k.
+#include <cooperative_groups.h>
+#include <cooperative_groups/memcpy_async.h>
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+
+#include "sampler.cuh"
+#include "wb/check.hpp"
+
+namespace ch07 {
+namespace {
+
+namespace cg = cooperative_groups;
+using u64 = unsigned long long;
+
+constexpr int kClusterSize = 8;             // blocks per row (8 is the portable maximum)
+constexpr int kThreads = 512;               // threads per block
+constexpr int kBlocksPerSM = 2;             // 2 x 8 x 132 / 8: 16 rows' clusters in one wave
+constexpr int kBins = 256;                  // every histogram: 256 bins, 8 bits of a key
+constexpr int kTailBin = kBins - 1;         // stage 1: d >= 31.875 (see above)
+constexpr float kBinsPerUnit = 8.0f;        // stage 1: bins per unit of d = (max - x) / T
+constexpr int kListCapacity = 2048;         // entries of the chosen bin one block lists
+constexpr int kGatherCapacity = 2048;       // entries the leader sorts (the short way)
+constexpr int kGatherPerThread = kGatherCapacity / kThreads;
+constexpr int kMaxCachedSliceBytes = 80 * 1024;  // a slice larger than this is re-read
+                                                 // (two blocks per SM: see kBlocksPerSM)
+
+__device__ __forceinline__ u64 min64(u64 a, u64 b) { return a < b ? a : b; }
+__device__ __forceinline__ u64 max64(u64 a, u64 b) { return a > b ? a : b; }
+
+// ------------------------------------------------------------------------------------------
+// Per-entry quantities. Every pass computes them with the same expressions, so an entry
+// gets the same bin, key and weight every time, and equal logits get equal ones.
+
+// Unsigned order key: a > b as floats  <=>  key(a) > key(b) as unsigned. -0 counts as +0.
+__device__ __forceinline__ unsigned order_key(float x) {
+  const unsigned bits = x == 0.0f ? 0u : __float_as_uint(x);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// The float whose order key is `key` (the inverse of order_key).
+__device__ __forceinline__ float key_to_float(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+struct RowScale {
+  float max;         // the row's max logit
+  float inv_t;       // 1 / T (T = 1 when greedy), capped so that 0 * inv_t is 0
+  float log2e_inv_t; // log2(e) / T, for exp2f
+  float fixed_one;   // 2^s: the fixed-point value of weight 1
+};
+
+__device__ __forceinline__ bool is_masked(float x) { return !(x > -INFINITY); }
+
+// Stage-1 bin: 8 bins per unit of (max - x) / T, the tail bin for everything past 31.875.
+__device__ __forceinline__ int stage1_bin(float x, const RowScale& s) {
+  const float d = (s.max - x) * s.inv_t;  // >= 0
+  return static_cast<int>(fminf(d * kBinsPerUnit, static_cast<float>(kTailBin)));
+}
+
+// Fixed-point weight exp((x - max) / T) * 2^s: at most 2^s, summed exactly as integers.
+__device__ __forceinline__ u64 fixed_weight(float x, const RowScale& s) {
+  return __float2ull_rn(exp2f((x - s.max) * s.log2e_inv_t) * s.fixed_one);
+}
+
+// ------------------------------------------------------------------------------------------
+// The block's shared memory.
+
+// A block's own histogram. Masses are 64-bit, but shared-memory atomics are fast only on 32
+// bits (a 64-bit add is a compare-and-swap loop), so each mass is two 32-bit words and an
+// add carries into the high word by hand. Still exact, still order-independent.
+struct BlockHistogram {
+  unsigned count[kBins];
+  unsigned mass_lo[kBins];
+  unsigned mass_hi[kBins];
+};
+
+__device__ __forceinline__ void add_to_bin(BlockHistogram& h, int bin, unsigned count, u64 mass) {
+  atomicAdd(&h.count[bin], count);
+  const unsigned lo = static_cast<unsigned>(mass);
+  const unsigned old = atomicAdd(&h.mass_lo[bin], lo);
+  const unsigned carry = old + lo < old ? 1u : 0u;
+  const unsigned hi = static_cast<unsigned>(mass >> 32) + carry;
+  if (hi != 0) atomicAdd(&h.mass_hi[bin], hi);
+}
+
+// A row's histogram: every block's added together.
+struct Histogram {
+  unsigned count[kBins];
+  u64 mass[kBins];
+};
+
+// What one block tells the others of its row at an exchange (only some fields are used at
+// each exchange).
+struct Summary {
+  float max;          // statistics
+  int argmax;         //   (the lowest column holding max)
+  float z;            //   sum exp((x - max) / T) over the block's slice
+  unsigned valid;     //   entries that are not -inf
+  int bad;            //   a NaN or +inf seen
+  unsigned min_key;   // the chosen bin's smallest and largest key
+  unsigned max_key;
+  unsigned matches;   // entries with the searched key
+};
+
+using BlockReduceSummary = cub::BlockReduce<Summary, kThreads>;
+using BlockScanCount = cub::BlockScan<unsigned, kThreads>;
+using BlockScanMass = cub::BlockScan<u64, kThreads>;
+
+struct Shared {
+  // Exchanges are double-buffered: a block writes buffer i % 2 before cluster.sync() i, and
+  // the others read it after; they have all finished reading by cluster.sync() i + 1,
+  // so buffer i % 2 can be written again for exchange i + 2.
+  BlockHistogram published[2];
+  Summary summary[2];
+  Histogram stage1;        // the row's stage-1 histogram (all blocks combined)
+  Histogram refined;       // the row's histogram of the current refinement pass
+  Summary peers[kClusterSize];
+  union {
+    unsigned list[kListCapacity];  // the long way: slice positions of the chosen bin's entries
+    u64 gathered[kGatherCapacity]; // the short way, leader: (key << 32 | ~column) of entries
+  } pool;
+  unsigned list_size;
+  unsigned gathered_count;   // leader: how many entries the blocks have sent
+  struct {
+    int index;             // select_in_histogram's answer
+    u64 count_before, mass_before;
+  } pick;
+  struct {
+    u64 mass;              // the leader's walk: a running mass found
+    int column;            //   and the column drawn
+  } found;
+  union {
+    typename BlockReduceSummary::TempStorage reduce;
+    typename BlockScanCount::TempStorage scan;
+    typename BlockScanMass::TempStorage scan_mass;
+  } cub;
+};
+
+// One row's view of its slice: where the block's entries are and who the block is.
+struct Slice {
+  const float* x;   // shared-memory copy, or the logits themselves when too long to copy
+  int begin;        // column of x[0]
+  int size;         // entries in this slice (0 for the last blocks of a very short row)
+};
+
+// ------------------------------------------------------------------------------------------
+// Reductions and exchanges.
+
+__device__ Summary combine_stats(const Summary& a, const Summary& b, float inv_t) {
+  Summary r = a;
+  r.bad = a.bad | b.bad;
+  r.valid = a.valid + b.valid;
+  if (b.valid == 0) return r;
+  if (a.valid == 0) {
+    r.max = b.max, r.argmax = b.argmax, r.z = b.z;
+    return r;
+  }
+  r.max = fmaxf(a.max, b.max);
+  r.argmax = a.max > b.max ? a.argmax : b.max > a.max ? b.argmax : min(a.argmax, b.argmax);
+  r.z = a.z * expf((a.max - r.max) * inv_t) + b.z * expf((b.max - r.max) * inv_t);
+  return r;
+}
+
+// Every block publishes `mine`; after the cluster barrier every block holds all of them in
+// sh.peers[], in rank order (so every block combines them in the same order).
+__device__ void exchange_summaries(cg::cluster_group& cluster, Shared& sh, const Summary& mine,
+                                   int& parity) {
+  if (threadIdx.x == 0) sh.summary[parity] = mine;
+  cluster.sync();
+  if (threadIdx.x < kClusterSize)
+    sh.peers[threadIdx.x] = *cluster.map_shared_rank(&sh.summary[parity], threadIdx.x);
+  __syncthreads();
+  parity ^= 1;
+}
+
+// Adds every block's published histogram into `row`, bin by bin, in rank order.
+__device__ void exchange_histograms(cg::cluster_group& cluster, Shared& sh, Histogram& row,
+                                    int& parity) {
+  cluster.sync();
+  for (int bin = threadIdx.x; bin < kBins; bin += kThreads) {
+    unsigned count = 0;
+    u64 mass = 0;
+    for (int r = 0; r < kClusterSize; ++r) {
+      const BlockHistogram* peer = cluster.map_shared_rank(&sh.published[parity], r);
+      count += peer->count[bin];
+      mass += (static_cast<u64>(peer->mass_hi[bin]) << 32) | peer->mass_lo[bin];
+    }
+    row.count[bin] = count;
+    row.mass[bin] = mass;
+  }
+  __syncthreads();
+  parity ^= 1;
+}
+
+__device__ void clear_histogram(BlockHistogram& h) {
+  for (int bin = threadIdx.x; bin < kBins; bin += kThreads)
+    h.count[bin] = 0, h.mass_lo[bin] = 0, h.mass_hi[bin] = 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Walking a histogram in sorted order. Bins are stored in sorted order (bin 0 holds the
+// most probable entries). Finds the first bin at which the running count (by_count) or mass
+// reaches `need`, and the count and mass of the bins before it. Warp 0 does it; the answer
+// is left in sh.pick for the whole block.
+
+__device__ void select_in_histogram(Shared& sh, const Histogram& h, bool by_count, u64 need) {
+  constexpr int kPerLane = kBins / 32;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    u64 lane_count = 0, lane_mass = 0;
+    for (int i = 0; i < kPerLane; ++i) {
+      lane_count += h.count[lane * kPerLane + i];
+      lane_mass += h.mass[lane * kPerLane + i];
+    }
+    // Exclusive prefix sums over the lanes (a warp scan).
+    u64 count_before = lane_count, mass_before = lane_mass;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const u64 c = __shfl_up_sync(0xffffffffu, count_before, offset);
+      const u64 m = __shfl_up_sync(0xffffffffu, mass_before, offset);
+      if (lane >= offset) count_before += c, mass_before += m;
+    }
+    count_before -= lane_count;
+    mass_before -= lane_mass;
+    const u64 reached = by_count ? count_before + lane_count : mass_before + lane_mass;
+    const unsigned lanes_reaching = __ballot_sync(0xffffffffu, reached >= need);
+    // The caller guarantees the total reaches `need`; the last bin answers if rounding lied.
+    const int first = lanes_reaching ? __ffs(lanes_reaching) - 1 : 31;
+    if (lane == first) {
+      int index = lane * kPerLane + kPerLane - 1;
+      for (int i = 0; i < kPerLane; ++i) {
+        const int bin = lane * kPerLane + i;
+        const u64 next = by_count ? count_before + h.count[bin] : mass_before + h.mass[bin];
+        if (next >= need || i == kPerLane - 1) {
+          index = bin;
+          break;
+        }
+        count_before += h.count[bin];
+        mass_before += h.mass[bin];
+      }
+      sh.pick.index = index;
+      sh.pick.count_before = count_before;
+      sh.pick.mass_before = mass_before;
+    }
+  }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------------------------------
+// select(): the entry at position n of the sorted order, n the smallest position whose
+// running count (by_count) or mass reaches `need` (1 <= need <= the row's total).
+
+struct Position {
+  unsigned key;         // the entry's order key (its logit)
+  unsigned rank;        // it is the rank-th (1-based) entry with that key, in index order
+  u64 mass_through;     // the mass of positions 1..n
+};
+
+__device__ Position select_position(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
+                                    const RowScale& scale, bool by_count, u64 need,
+                                    int& hist_parity, int& summary_parity) {
+  // Stage 1 (already combined): which bin holds position n.
+  select_in_histogram(sh, sh.stage1, by_count, need);
+  const int bin = sh.pick.index;
+  u64 count_before = sh.pick.count_before, mass_before = sh.pick.mass_before;
+  u64 run_count = sh.stage1.count[bin], run_mass = sh.stage1.mass[bin];
+
+  // List the bin's entries (their slice positions) and find its smallest and largest key.
+  if (threadIdx.x == 0) sh.list_size = 0;
+  __syncthreads();
+  Summary mine{};
+  mine.min_key = 0xffffffffu;
+  mine.max_key = 0;
+  for (int i = threadIdx.x; i < slice.size; i += kThreads) {
+    const float x = slice.x[i];
+    if (is_masked(x) || stage1_bin(x, scale) != bin) continue;
+    const unsigned key = order_key(x);
+    mine.min_key = min(mine.min_key, key);
+    mine.max_key = max(mine.max_key, key);
+    const unsigned at = atomicAdd(&sh.list_size, 1u);
+    if (at < kListCapacity) sh.pool.list[at] = i;
+  }
+  mine = BlockReduceSummary(sh.cub.reduce).Reduce(mine, [](const Summary& a, const Summary& b) {
+    Summary r = a;
+    r.min_key = min(a.min_key, b.min_key);
+    r.max_key = max(a.max_key, b.max_key);
+    return r;
+  });
+  exchange_summaries(cluster, sh, mine, summary_parity);
+  unsigned lo = 0xffffffffu, hi = 0;
+  for (int r = 0; r < kClusterSize; ++r) {
+    lo = min(lo, sh.peers[r].min_key);
+    hi = max(hi, sh.peers[r].max_key);
+  }
+  const bool listed = sh.list_size <= kListCapacity;  // else: scan the whole slice
+
+  // Refine: 8 bits of (key - lo) a pass, from the top, until one key is left. The keys of
+  // the bin's entries are exactly the keys in [lo, hi] (bins and keys both follow x).
+  while (lo != hi) {
+    const unsigned span = hi - lo;
+    const int shift = max(0, 32 - __clz(span) - 8);
+    BlockHistogram& mine_h = sh.published[hist_parity];
+    clear_histogram(mine_h);
+    __syncthreads();
+    const int n = listed ? static_cast<int>(sh.list_size) : slice.size;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const float x = slice.x[listed ? sh.pool.list[i] : i];
+      if (is_masked(x)) continue;
+      const unsigned key = order_key(x);
+      if (key < lo || key > hi) continue;
+      const int sorted_bin = kBins - 1 - static_cast<int>((key - lo) >> shift);  // high first
+      add_to_bin(mine_h, sorted_bin, 1u, fixed_weight(x, scale));
+    }
+    __syncthreads();
+    exchange_histograms(cluster, sh, sh.refined, hist_parity);
+    select_in_histogram(sh, sh.refined, by_count, need - (by_count ? count_before : mass_before));
+    const int digit = kBins - 1 - sh.pick.index;
+    count_before += sh.pick.count_before;
+    mass_before += sh.pick.mass_before;
+    run_count = sh.refined.count[sh.pick.index];
+    run_mass = sh.refined.mass[sh.pick.index];
+    const unsigned new_lo = lo + (static_cast<unsigned>(digit) << shift);
+    const u64 new_hi = static_cast<u64>(new_lo) + (1ull << shift) - 1;  // 64 bits: no wrap
+    hi = static_cast<unsigned>(min64(hi, new_hi));
+    lo = new_lo;
+  }
+
+  // One key left: a run of run_count equal logits, each of weight run_mass / run_count.
+  Position p;
+  p.key = lo;
+  const u64 weight = run_count > 0 ? run_mass / run_count : 0;
+  const u64 still = need - (by_count ? count_before : mass_before);
+  u64 rank = by_count ? still : (weight > 0 ? (still + weight - 1) / weight : 1);
+  rank = max64(1, min64(rank, run_count));
+  p.rank = static_cast<unsigned>(rank);
+  p.mass_through = mass_before + rank * weight;
+  return p;
+}
+
+// The column of the rank-th entry (in index order) whose key is `key`: each block counts
+// its matches, the blocks before it in rank order tell it where its matches start, and the
+// block holding the one wanted finds it with a scan over contiguous runs of its slice.
+__device__ int find_column(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
+                           unsigned key, unsigned rank, int& summary_parity) {
+  const int per_thread = (slice.size + kThreads - 1) / kThreads;
+  const int first = min(slice.size, static_cast<int>(threadIdx.x) * per_thread);
+  const int last = min(slice.size, first + per_thread);
+  unsigned matches = 0;
+  for (int i = first; i < last; ++i) matches += order_key(slice.x[i]) == key && !is_masked(slice.x[i]);
+
+  unsigned before_me = 0, block_matches = 0;
+  BlockScanCount(sh.cub.scan).ExclusiveSum(matches, before_me, block_matches);
+  Summary mine{};
+  mine.matches = block_matches;
+  exchange_summaries(cluster, sh, mine, summary_parity);
+  unsigned before_block = 0;
+  for (int r = 0; r < static_cast<int>(cluster.block_rank()); ++r) before_block += sh.peers[r].matches;
+
+  int column = -1;
+  const unsigned start = before_block + before_me;  // matches before this thread's run
+  if (start < rank && rank <= start + matches) {
+    unsigned seen = start;
+    for (int i = first; i < last; ++i) {
+      if (order_key(slice.x[i]) == key && !is_masked(slice.x[i]) && ++seen == rank) {
+        column = slice.begin + i;
+        break;
+      }
+    }
+  }
+  return column;  // -1 except in the one thread that found it
+}
+
+// ------------------------------------------------------------------------------------------
+// The short way: the leader sorts the few entries that matter and walks them once.
+
+// Every block sends its entries of stage-1 bins [first_bin, last_bin] to the leader (block
+// 0) as (key << 32 | ~column): sorting those descending gives the contract's order (logit
+// descending, then column ascending). A warp reserves room for its lanes' entries with one
+// remote atomic; the order they land in does not matter, the leader sorts them.
+__device__ void send_to_leader(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
+                               const RowScale& scale, int first_bin, int last_bin) {
+  unsigned* leader_count = cluster.map_shared_rank(&sh.gathered_count, 0);
+  u64* leader_pool = cluster.map_shared_rank(sh.pool.gathered, 0);
+  const unsigned lane = threadIdx.x % 32;
+  for (int base = 0; base < slice.size; base += kThreads) {  // whole warps, for the ballot
+    const int i = base + static_cast<int>(threadIdx.x);
+    bool send = false;
+    u64 entry = 0;
+    if (i < slice.size) {
+      const float x = slice.x[i];
+      if (!is_masked(x)) {
+        const int bin = stage1_bin(x, scale);
+        send = bin >= first_bin && bin <= last_bin;
+        const unsigned column = static_cast<unsigned>(slice.begin + i);
+        entry = (static_cast<u64>(order_key(x)) << 32) | ~column;
+      }
+    }
+    const unsigned senders = __ballot_sync(0xffffffffu, send);
+    if (senders == 0) continue;
+    unsigned start = 0;
+    if (lane == 0) start = atomicAdd(leader_count, __popc(senders));
+    start = __shfl_sync(0xffffffffu, start, 0);
+    if (send) leader_pool[start + __popc(senders & ((1u << lane) - 1))] = entry;
+  }
+}
+
+// What the leader needs to finish a row the short way.
+struct ShortWay {
+  bool by_top_k;        // top-k cuts at k (else: top_k is off or keeps everything)
+  u64 k;
+  bool by_top_p;
+  float top_p;
+  u64 total;            // the row's whole mass (what top-p is relative to without top-k)
+  u64 count_above;      // entries before the gathered ones in the sorted order (and their
+  u64 mass_above;       //   mass): 0 unless only the draw's bin was gathered
+  float u;              // the draw's uniform number
+};
+
+// The leader: sort the gathered entries, then one walk down the sorted order finds the mass
+// top-k keeps, where top-p cuts, and the drawn position. Returns the drawn column in every
+// thread of the leader (-1 if rounding found none: never expected).
+__device__ int finish_short_way(Shared& sh, void* sort_storage, const RowScale& scale,
+                                const ShortWay& w) {
+  // Sort by counting: an entry's position is the number of entries above it (all entries
+  // differ: their columns do). n is a few hundred at most in practice; the loop reads the
+  // same pool entry in every thread at once (a shared-memory broadcast).
+  const unsigned n = sh.gathered_count;
+  u64* sorted = static_cast<u64*>(sort_storage);
+  for (unsigned e = threadIdx.x; e < n; e += kThreads) {
+    const u64 entry = sh.pool.gathered[e];
+    unsigned above = 0;
+    for (unsigned j = 0; j < n; ++j) above += sh.pool.gathered[j] > entry;
+    sorted[above] = entry;
+  }
+  __syncthreads();
+  u64 keys[kGatherPerThread];  // thread t: positions 4t .. 4t+3
+  for (int i = 0; i < kGatherPerThread; ++i) {
+    const unsigned at = threadIdx.x * kGatherPerThread + i;
+    keys[i] = at < n ? sorted[at] : 0;  // 0: no entry (every real entry is larger)
+  }
+
+  // Each position's weight and running mass (inclusive), in sorted order.
+  u64 weight[kGatherPerThread], running[kGatherPerThread];
+  u64 mine = 0;
+  for (int i = 0; i < kGatherPerThread; ++i) {
+    weight[i] = keys[i] ? fixed_weight(key_to_float(static_cast<unsigned>(keys[i] >> 32)), scale) : 0;
+    mine += weight[i];
+  }
+  u64 before = 0;
+  BlockScanMass(sh.cub.scan_mass).ExclusiveSum(mine, before);
+  for (int i = 0; i < kGatherPerThread; ++i) {
+    before += weight[i];
+    running[i] = w.mass_above + before;
+  }
+  const u64 first_position = w.count_above + threadIdx.x * kGatherPerThread + 1;  // 1-based
+
+  // The position where the running mass first reaches `need`: exactly one position has
+  // running >= need > running - weight. Its running mass (and column) go to sh.found.
+  const auto find_mass = [&](u64 need) {
+    for (int i = 0; i < kGatherPerThread; ++i)
+      if (weight[i] > 0 && running[i] >= need && running[i] - weight[i] < need) {
+        sh.found.mass = running[i];
+        sh.found.column = static_cast<int>(~static_cast<unsigned>(keys[i]));
+      }
+    __syncthreads();
+  };
+
+  u64 kept = w.total;
+  if (w.by_top_k) {  // the mass of positions 1..k
+    for (int i = 0; i < kGatherPerThread; ++i)
+      if (first_position + i == w.k) sh.found.mass = running[i];
+    __syncthreads();
+    kept = sh.found.mass;
+    __syncthreads();
+  }
+  if (w.by_top_p) {
+    const double want = ceil(static_cast<double>(w.top_p) * static_cast<double>(kept));
+    find_mass(max64(1, min64(kept, static_cast<u64>(want))));
+    kept = sh.found.mass;
+    __syncthreads();
+  }
+  const double below = floor(static_cast<double>(w.u) * static_cast<double>(kept));
+  if (threadIdx.x == 0) sh.found.column = -1;
+  __syncthreads();
+  find_mass(min64(kept, static_cast<u64>(below) + 1));
+  return sh.found.column;
+}
+
+// ------------------------------------------------------------------------------------------
+// The kernel.
+
+struct Args {
+  const float* logits;
+  int vocab;
+  int slice_len;     // columns per block
+  bool cache_slice;  // copy the slice to shared memory (dynamic shared memory holds it)
+  float temperature;
+  int top_k;
+  float top_p;
+  std::uint64_t seed, step;
+  int* tokens;
+  float* confidence;
+};
+
+// 1. The row's statistics (every block ends up with the same, combined in rank order).
+__device__ Summary row_statistics(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
+                                  float inv_t, int& summary_parity) {
+  Summary mine{};
+  mine.max = -INFINITY;
+  mine.argmax = INT_MAX;
+  for (int i = threadIdx.x; i < slice.size; i += kThreads) {
+    const float x = slice.x[i];
+    if (isnan(x) || x == INFINITY) {
+      mine.bad = 1;
+    } else if (!is_masked(x)) {
+      ++mine.valid;
+      if (x > mine.max) {  // rescale the running sum to the new max (online softmax)
+        mine.z = mine.z * expf((mine.max - x) * inv_t) + 1.0f;
+        mine.max = x;
+        mine.argmax = slice.begin + i;  // columns grow, so this is the lowest one
+      } else {
+        mine.z += expf((x - mine.max) * inv_t);
+      }
+    }
+  }
+  mine = BlockReduceSummary(sh.cub.reduce).Reduce(mine, [inv_t](const Summary& p, const Summary& q) {
+    return combine_stats(p, q, inv_t);
+  });
+  exchange_summaries(cluster, sh, mine, summary_parity);
+  Summary stats = sh.peers[0];
+  for (int r = 1; r < kClusterSize; ++r) stats = combine_stats(stats, sh.peers[r], inv_t);
+  return stats;
+}
+
+// 2. Stage 1: the row's histogram over d = (max - x) / T, into sh.stage1.
+// With `with_mass` false only the counts are made (top-k's depth is a count; the leader
+// weighs the entries it gets itself), which saves the mass's atomics on every entry.
+__device__ void stage1_histogram(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
+                                 const RowScale& scale, bool with_mass, int& hist_parity) {
+  BlockHistogram& mine = sh.published[hist_parity];
+  clear_histogram(mine);
+  __syncthreads();
+  unsigned tail_count = 0;
+  u64 tail_mass = 0;
+  for (int i = threadIdx.x; i < slice.size; i += kThreads) {
+    const float x = slice.x[i];
+    if (is_masked(x)) continue;
+    const int bin = stage1_bin(x, scale);
+    const u64 w = with_mass ? fixed_weight(x, scale) : 0;
+    if (bin == kTailBin) {
+      ++tail_count, tail_mass += w;  // the crowded bin: counted in registers
+    } else if (with_mass) {
+      add_to_bin(mine, bin, 1u, w);
+    } else {
+      atomicAdd(&mine.count[bin], 1u);
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {  // integer sums: any order, same total
+    tail_count += __shfl_down_sync(0xffffffffu, tail_count, offset);
+    tail_mass += __shfl_down_sync(0xffffffffu, tail_mass, offset);
+  }
+  if (threadIdx.x % 32 == 0 && tail_count > 0) add_to_bin(mine, kTailBin, tail_count, tail_mass);
+  __syncthreads();
+  exchange_histograms(cluster, sh, sh.stage1, hist_parity);
+}
+
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Args a) {
+  cg::cluster_group cluster = cg::this_cluster();
+  cg::thread_block block = cg::this_thread_block();
+  __shared__ Shared sh;
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  float* cached = reinterpret_cast<float*>(dynamic_smem);
+  const int row = blockIdx.x / kClusterSize;
+  const int rank = static_cast<int>(cluster.block_rank());
+  const float* row_logits = a.logits + static_cast<std::size_t>(row) * a.vocab;
+  if (threadIdx.x == 0) sh.gathered_count = 0;  // before the first cluster barrier
+
+  Slice slice;
+  slice.begin = min(a.vocab, rank * a.slice_len);
+  slice.size = min(a.vocab, slice.begin + a.slice_len) - slice.begin;
+  slice.x = a.cache_slice ? cached : row_logits + slice.begin;
+  if (a.cache_slice) {  // every load in flight at once: the row is read from memory once
+    cg::memcpy_async(block, cached, row_logits + slice.begin, sizeof(float) * slice.size);
+    cg::wait(block);
+  }
+
+  const bool greedy = a.temperature == 0.0f || a.top_k == 1;  // rule 1 (is_greedy)
+  RowScale scale;
+  // T = 1 for greedy's confidence (rule 3); top_k == 1 keeps its T.
+  scale.inv_t = a.temperature == 0.0f ? 1.0f : fminf(1.0f / a.temperature, FLT_MAX);
+  scale.log2e_inv_t = fminf(1.4426950408889634f * scale.inv_t, FLT_MAX);
+  int summary_parity = 0, hist_parity = 0;
+  const Summary stats = row_statistics(cluster, sh, slice, scale.inv_t, summary_parity);
+  scale.max = stats.max;
+  const bool lead = rank == 0 && threadIdx.x == 0;
+
+  if (stats.bad || stats.valid == 0) {  // rule 5: say so, pick nothing
+    if (lead) a.tokens[row] = -1, a.confidence[row] = NAN;
+  } else if (greedy) {  // rule 1: the argmax, no random number
+    if (lead) a.tokens[row] = stats.argmax, a.confidence[row] = 1.0f / stats.z;
+  } else {
+    // Fixed point: 2^s is the largest power of two for which vocab weights of at most 2^s
+    // sum within 62 bits.
+    int s = 62;
+    while (s > 0 && (static_cast<u64>(a.vocab) > (1ull << (62 - s)))) --s;
+    scale.fixed_one = ldexpf(1.0f, s);
+    ShortWay w{};
+    w.by_top_k = a.top_k > 0 && static_cast<unsigned>(a.top_k) < stats.valid;
+    stage1_histogram(cluster, sh, slice, scale, /*with_mass=*/!w.by_top_k, hist_parity);
+    u64 total = 0;
+    for (int bin = 0; bin < kBins; ++bin) total += sh.stage1.mass[bin];
+    const float u = draw_uniform(a.seed, a.step, row);  // (0, 1]
+
+    // How deep into the sorted order can a selection go? Position k with top-k; the top-p
+    // cut without it; the draw itself with neither.
+    w.k = static_cast<u64>(a.top_k);
+    w.by_top_p = a.top_p < 1.0f;
+    w.top_p = a.top_p;
+    w.total = total;
+    w.u = u;
+    if (w.by_top_k) {
+      select_in_histogram(sh, sh.stage1, /*by_count=*/true, w.k);
+    } else if (w.by_top_p) {
+      const double want = ceil(static_cast<double>(a.top_p) * static_cast<double>(total));
+      select_in_histogram(sh, sh.stage1, false, max64(1, min64(total, static_cast<u64>(want))));
+    } else {
+      const double below = floor(static_cast<double>(u) * static_cast<double>(total));
+      select_in_histogram(sh, sh.stage1, false, min64(total, static_cast<u64>(below) + 1));
+    }
+    const int last_bin = sh.pick.index;
+    const u64 through_last = sh.pick.count_before + sh.stage1.count[last_bin];
+    const bool draw_only = !w.by_top_k && !w.by_top_p;
+    int first_bin = -1;  // -1: the long way
+    if (through_last <= kGatherCapacity) {
+      first_bin = 0;  // everything down to the last position needed
+    } else if (draw_only && sh.stage1.count[last_bin] <= kGatherCapacity) {
+      first_bin = last_bin;  // the draw's bin alone; what precedes it is known from stage 1
+      w.count_above = sh.pick.count_before;
+      w.mass_above = sh.pick.mass_before;
+    }
+
+    if (first_bin >= 0) {
+      send_to_leader(cluster, sh, slice, scale, first_bin, last_bin);
+      cluster.sync();  // the leader has every entry it needs
+      if (rank == 0) {
+        const int column = finish_short_way(sh, dynamic_smem, scale, w);
+        if (threadIdx.x == 0) {
+          a.tokens[row] = column;
+          a.confidence[row] =
+              column >= 0 ? expf((row_logits[column] - stats.max) * scale.inv_t) / stats.z : NAN;
+        }
+      }
+      return;  // nobody reads another block's shared memory after the barrier above
+    }
+
+    // The long way: three selections, each refining inside its stage-1 bin. They need the
+    // masses of stage 1.
+    if (w.by_top_k) {
+      stage1_histogram(cluster, sh, slice, scale, /*with_mass=*/true, hist_parity);
+      total = 0;
+      for (int bin = 0; bin < kBins; ++bin) total += sh.stage1.mass[bin];
+    }
+    u64 kept = total;
+    if (w.by_top_k)  // top-k: the mass of the first k entries (k counts unmasked ones only)
+      kept = select_position(cluster, sh, slice, scale, /*by_count=*/true, w.k, hist_parity,
+                             summary_parity)
+                 .mass_through;
+    if (w.by_top_p) {  // top-p: the shortest prefix whose mass reaches top_p of that
+      const double want = ceil(static_cast<double>(a.top_p) * static_cast<double>(kept));
+      const u64 need = max64(1, min64(kept, static_cast<u64>(want)));
+      kept = select_position(cluster, sh, slice, scale, /*by_count=*/false, need, hist_parity,
+                             summary_parity)
+                 .mass_through;
+    }
+    // The draw: the first position whose running mass exceeds u * kept (inverse CDF in
+    // sorted order). It can never pass the last kept position: need <= kept.
+    const double below = floor(static_cast<double>(u) * static_cast<double>(kept));
+    const u64 need = min64(kept, static_cast<u64>(below) + 1);
+    const Position drawn = select_position(cluster, sh, slice, scale, /*by_count=*/false, need,
+                                           hist_parity, summary_parity);
+    const int column = find_column(cluster, sh, slice, drawn.key, drawn.rank, summary_parity);
+    if (column >= 0) {
+      a.tokens[row] = column;
+      a.confidence[row] = expf((row_logits[column] - stats.max) * scale.inv_t) / stats.z;
+    }
+  }
+  // No block may leave while another can still read its shared memory.
+  cluster.sync();
+}
+
+// ------------------------------------------------------------------------------------------
+// Host side.
+
+int slice_length(int vocab) { return (vocab + kClusterSize - 1) / kClusterSize; }
+
+}  // namespace
+
+std::size_t fused_sampler_workspace_bytes(int rows, int vocab) {
+  (void)rows, (void)vocab;
+  return 0;  // everything lives in shared memory
+}
+
+void sample_fused(const float* logits, int rows, int vocab, const SamplingParams& params,
+                  int* tokens, float* confidence, void* workspace, std::size_t workspace_bytes,
+                  cudaStream_t stream) {
+  check_sampling_args("sample_fused", logits, rows, vocab, params, tokens, confidence);
+  if (workspace_bytes < fused_sampler_workspace_bytes(rows, vocab))
+    throw std::invalid_argument("ch07 sample_fused: workspace_bytes is smaller than "
+                                "fused_sampler_workspace_bytes(rows, vocab)");
+  (void)workspace;
+  if (rows == 0) return;
+
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    WB_CUDA(cudaFuncSetAttribute(sample_fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 kMaxCachedSliceBytes));
+    // All of the SM's unified L1/shared memory as shared memory: two blocks of 16 rows x
+    // 151936 (76 KiB of slice each, plus the static part) then fit on every SM.
+    WB_CUDA(cudaFuncSetAttribute(sample_fused_kernel,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared));
+  });
+
+  Args a;
+  a.logits = logits;
+  a.vocab = vocab;
+  a.slice_len = slice_length(vocab);
+  const std::size_t slice_bytes = static_cast<std::size_t>(a.slice_len) * sizeof(float);
+  a.cache_slice = slice_bytes <= static_cast<std::size_t>(kMaxCachedSliceBytes);
+  a.temperature = params.temperature;
+  a.top_k = params.top_k;
+  a.top_p = params.top_p;
+  a.seed = params.seed;
+  a.step = params.step;
+  a.tokens = tokens;
+  a.confidence = confidence;
+
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kClusterSize;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows) * kClusterSize);
+  config.blockDim = dim3(kThreads);
+  // The slice, and later (in the leader) the sorted entries: never both at once.
+  config.dynamicSmemBytes =
+      std::max(a.cache_slice ? slice_bytes : 0, kGatherCapacity * sizeof(unsigned long long));
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  WB_CUDA(cudaLaunchKernelEx(&config, sample_fused_kernel, a));
+  WB_CHECK_LAUNCH("sample_fused_kernel");
+}
+
+}  // namespace ch07
