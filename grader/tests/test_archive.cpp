@@ -1,9 +1,9 @@
 // Archives: every member checked before anything is written; only regular files extracted.
 #include <doctest/doctest.h>
 
-#include "core/archive.hpp"
-#include "core/process.hpp"
-#include "core/util.hpp"
+#include "grader/archive.hpp"
+#include "grader/process.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

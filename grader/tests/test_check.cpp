@@ -2,8 +2,8 @@
 // command to rerun it, and an exit status that never calls "skipped" a pass.
 #include <doctest/doctest.h>
 
-#include "core/check.hpp"
-#include "core/util.hpp"
+#include "grader/check.hpp"
+#include "grader/util.hpp"
 
 using namespace wb::grader;
 

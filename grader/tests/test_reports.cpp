@@ -1,9 +1,9 @@
 // What instructors and students read: report.md, Gradescope results.json, JUnit, the CSV.
 #include <doctest/doctest.h>
 
-#include "core/grade.hpp"
-#include "core/report_writers.hpp"
-#include "core/util.hpp"
+#include "grader/grade.hpp"
+#include "grader/report_writers.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

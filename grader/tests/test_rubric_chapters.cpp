@@ -4,9 +4,9 @@
 #include <regex>
 #include <set>
 
-#include "core/chapters.hpp"
-#include "core/rubric.hpp"
-#include "core/util.hpp"
+#include "grader/chapters.hpp"
+#include "grader/rubric.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

@@ -2,9 +2,9 @@
 // and every way a chapter can fail to be judged.
 #include <doctest/doctest.h>
 
-#include "core/grade.hpp"
-#include "core/rubric.hpp"
-#include "core/verdict.hpp"
+#include "grader/grade.hpp"
+#include "grader/rubric.hpp"
+#include "grader/verdict.hpp"
 
 using namespace wb::grader;
 using nlohmann::json;

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "core/chapters.hpp"
-#include "core/submission.hpp"
-#include "core/util.hpp"
+#include "grader/chapters.hpp"
+#include "grader/submission.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

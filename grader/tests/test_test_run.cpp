@@ -1,8 +1,8 @@
 // Running a test binary and trusting (or not) its report: the channel's checks.
 #include <doctest/doctest.h>
 
-#include "core/test_run.hpp"
-#include "core/util.hpp"
+#include "grader/test_run.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

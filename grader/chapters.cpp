@@ -1,9 +1,9 @@
-#include "core/chapters.hpp"
+#include "grader/chapters.hpp"
 
 #include <algorithm>
 #include <set>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
-#include "core/test_run.hpp"
+#include "grader/chapters.hpp"
+#include "grader/test_run.hpp"
 
 namespace wb::grader {
 

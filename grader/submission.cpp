@@ -1,11 +1,11 @@
-#include "core/submission.hpp"
+#include "grader/submission.hpp"
 
 #include <algorithm>
 #include <regex>
 #include <set>
 
-#include "core/archive.hpp"
-#include "core/util.hpp"
+#include "grader/archive.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
+#include "grader/chapters.hpp"
 
 namespace wb::grader {
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "core/process.hpp"
+#include "grader/process.hpp"
 
 namespace wb::cli {
 namespace {

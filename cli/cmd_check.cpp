@@ -7,9 +7,9 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "core/check.hpp"
-#include "core/process.hpp"
-#include "core/util.hpp"
+#include "grader/check.hpp"
+#include "grader/process.hpp"
+#include "grader/util.hpp"
 
 namespace wb::cli {
 

@@ -1,11 +1,11 @@
-#include "core/archive.hpp"
+#include "grader/archive.hpp"
 
 #include <sys/stat.h>
 
 #include <regex>
 
-#include "core/process.hpp"
-#include "core/util.hpp"
+#include "grader/process.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

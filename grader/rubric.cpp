@@ -1,8 +1,8 @@
-#include "core/rubric.hpp"
+#include "grader/rubric.hpp"
 
 #include <set>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -1,11 +1,11 @@
-#include "core/test_run.hpp"
+#include "grader/test_run.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <regex>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

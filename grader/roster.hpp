@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
-#include "core/grade.hpp"
+#include "grader/chapters.hpp"
+#include "grader/grade.hpp"
 
 namespace wb::grader {
 

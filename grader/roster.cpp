@@ -1,4 +1,4 @@
-#include "core/roster.hpp"
+#include "grader/roster.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -18,11 +18,11 @@
 #include <set>
 #include <thread>
 
-#include "core/archive.hpp"
-#include "core/build.hpp"
-#include "core/process.hpp"
-#include "core/report_writers.hpp"
-#include "core/util.hpp"
+#include "grader/archive.hpp"
+#include "grader/build.hpp"
+#include "grader/process.hpp"
+#include "grader/report_writers.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -1,12 +1,12 @@
-#include "core/check.hpp"
+#include "grader/check.hpp"
 
 #include <algorithm>
 #include <ostream>
 #include <sstream>
 
-#include "core/build.hpp"
-#include "core/test_run.hpp"
-#include "core/util.hpp"
+#include "grader/build.hpp"
+#include "grader/test_run.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
-#include "core/verdict.hpp"
+#include "grader/chapters.hpp"
+#include "grader/verdict.hpp"
 
 namespace wb::grader {
 

@@ -1,8 +1,8 @@
-#include "core/verdict.hpp"
+#include "grader/verdict.hpp"
 
 #include <csignal>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -1,11 +1,11 @@
-#include "core/report_writers.hpp"
+#include "grader/report_writers.hpp"
 
 #include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -1,4 +1,4 @@
-#include "core/grade.hpp"
+#include "grader/grade.hpp"
 
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -8,10 +8,10 @@
 #include <regex>
 #include <thread>
 
-#include "core/build.hpp"
-#include "core/submission.hpp"
-#include "core/test_run.hpp"
-#include "core/util.hpp"
+#include "grader/build.hpp"
+#include "grader/submission.hpp"
+#include "grader/test_run.hpp"
+#include "grader/util.hpp"
 #include "wb/device.hpp"
 
 #ifndef WB_GIT_REVISION

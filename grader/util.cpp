@@ -1,4 +1,4 @@
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 #include <unistd.h>
 

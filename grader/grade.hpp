@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
-#include "core/rubric.hpp"
-#include "core/verdict.hpp"
+#include "grader/chapters.hpp"
+#include "grader/rubric.hpp"
+#include "grader/verdict.hpp"
 
 namespace wb::grader {
 

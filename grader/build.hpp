@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
-#include "core/process.hpp"
-#include "core/submission.hpp"
-#include "core/verdict.hpp"
+#include "grader/chapters.hpp"
+#include "grader/process.hpp"
+#include "grader/submission.hpp"
+#include "grader/verdict.hpp"
 
 namespace wb::grader {
 

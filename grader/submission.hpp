@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/chapters.hpp"
-#include "core/rubric.hpp"
+#include "grader/chapters.hpp"
+#include "grader/rubric.hpp"
 
 namespace wb::grader {
 

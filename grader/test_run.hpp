@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/process.hpp"
+#include "grader/process.hpp"
 
 namespace wb::grader {
 

@@ -1,4 +1,4 @@
-#include "core/build.hpp"
+#include "grader/build.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 
 namespace wb::grader {
 

@@ -1,4 +1,4 @@
-#include "core/process.hpp"
+#include "grader/process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

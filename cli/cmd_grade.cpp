@@ -10,13 +10,13 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "core/archive.hpp"
-#include "core/build.hpp"
-#include "core/grade.hpp"
-#include "core/process.hpp"
-#include "core/report_writers.hpp"
-#include "core/roster.hpp"
-#include "core/util.hpp"
+#include "grader/archive.hpp"
+#include "grader/build.hpp"
+#include "grader/grade.hpp"
+#include "grader/process.hpp"
+#include "grader/report_writers.hpp"
+#include "grader/roster.hpp"
+#include "grader/util.hpp"
 
 namespace wb::cli {
 
