@@ -1,7 +1,8 @@
 // workbook bench [CHAPTER...]: times the chapters' variants and writes the results files.
 //
 // For every chapter whose manifest names a bench program (tests/NN_slug/chapter.json,
-// "bench"), and every build configured (solution = the reference, student = your files):
+// "bench"), and every build asked for (solution = the reference, student = your files,
+// fast = the record-speed variant in solutions/NN_slug/fast/, where a chapter has one):
 //   1. builds build/bin/bench_NN_<build> (cmake --build, one target at a time, so a student
 //      build that does not compile costs only that run);
 //   2. runs it with --out pointing beside the final file, streaming its progress;
@@ -9,35 +10,27 @@
 //      <results dir>/<NN_slug>-<build>.json, so a failed run never leaves a half-written
 //      or stale-looking file behind under the final name.
 // The bench programs themselves run every variant (CPU baseline, unfused/naive, fused...)
-// through wb::Bench; see docs/CONTRACTS.md, "Bench programs".
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// through wb::Bench; see docs/CONTRACTS.md, "Bench programs". Programs run through the
+// grader's process runner (grader/process.hpp), chapters come from grader/chapters.hpp.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.hpp"
+#include "grader/build.hpp"
+#include "grader/chapters.hpp"
+#include "grader/process.hpp"
+#include "grader/util.hpp"
 
 namespace wb::cli {
 namespace {
@@ -45,227 +38,54 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using grader::Chapter;
+using grader::display_path;
+using grader::join;
+using grader::split_list;
 
 constexpr int kSkipNoGpu = 77;  // the bench programs' "no CUDA device" exit status
+const std::vector<std::string> kBuilds = {"solution", "student", "fast"};
 
-// ---------------------------------------------------------------------------------------
-// Running a child process
-// ---------------------------------------------------------------------------------------
-
-enum class Output {
-  inherit,      // the child writes straight to our terminal
-  echo_stderr,  // stdout inherited; stderr echoed line by line and its tail kept
+// How a program ended, and the last lines it printed (for the first reason of a failure).
+struct Ran {
+  grader::ProcessResult process;
+  std::vector<std::string> tail;
+  double timeout_s = 0;
+  bool exited(int code) const { return process.started && !process.timed_out && process.signal == 0 && process.exit_code == code; }
+  std::string describe() const { return process.describe(timeout_s); }
 };
 
-struct ProcessResult {
-  bool started = true;     // false: the program could not be executed
-  bool timed_out = false;
-  int exit_code = -1;      // when it exited normally
-  int signal = 0;          // when a signal ended it
-  std::deque<std::string> tail;  // the last lines of its stderr (echo_stderr)
-
-  bool exited(int code) const { return started && !timed_out && signal == 0 && exit_code == code; }
-  std::string describe() const {
-    if (!started) return "could not be started";
-    if (timed_out) return "timed out";
-    if (signal != 0) return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
-    return "exit status " + std::to_string(exit_code);
-  }
-};
-
-void keep_line(std::deque<std::string>& tail, std::string line) {
-  tail.push_back(std::move(line));
-  if (tail.size() > 60) tail.pop_front();
-}
-
-ProcessResult run_process(const std::vector<std::string>& argv, Output mode, double timeout_s) {
-  ProcessResult result;
-  int pipe_fd[2] = {-1, -1};
-  if (mode == Output::echo_stderr && pipe(pipe_fd) != 0) {
-    std::cerr << "workbook bench: cannot create a pipe: " << std::strerror(errno) << "\n";
-    result.started = false;
-    return result;
-  }
-  std::cout.flush();
-  std::cerr.flush();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    std::cerr << "workbook bench: cannot fork: " << std::strerror(errno) << "\n";
-    result.started = false;
-    return result;
-  }
-  if (pid == 0) {
-    if (pipe_fd[1] >= 0) {
-      dup2(pipe_fd[1], STDERR_FILENO);
-      close(pipe_fd[0]);
-      close(pipe_fd[1]);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-
-  std::string partial;
-  auto flush_partial = [&](bool all) {
-    std::size_t nl;
-    while ((nl = partial.find('\n')) != std::string::npos) {
-      std::string line = partial.substr(0, nl);
-      std::cerr << "    " << line << "\n";
-      keep_line(result.tail, std::move(line));
-      partial.erase(0, nl + 1);
-    }
-    if (all && !partial.empty()) {
-      std::cerr << "    " << partial << "\n";
-      keep_line(result.tail, partial);
-      partial.clear();
-    }
+// Runs a program, echoing each line of its output to stderr (indented: it is not ours).
+Ran run_echoing(const std::vector<std::string>& argv, double timeout_s, bool quiet_build = false) {
+  grader::ProcessSpec spec;
+  spec.argv = argv;
+  spec.env = grader::inherited_environment({});
+  spec.limits.timeout_s = timeout_s;
+  spec.limits.output_bytes = 1u << 20;
+  spec.on_line = [quiet_build](const std::string& line) {
+    if (quiet_build && grader::is_idle_build_line(line)) return;
+    std::cerr << "    " << line << "\n";
   };
-  if (pipe_fd[1] >= 0) close(pipe_fd[1]);
-  int read_fd = pipe_fd[0];
-
-  const auto start = Clock::now();
-  bool reaped = false, term_sent = false;
-  int status = 0;
-  Clock::time_point term_time;
-  while (!reaped || read_fd >= 0) {
-    if (read_fd >= 0) {
-      pollfd p{read_fd, POLLIN, 0};
-      if (poll(&p, 1, 100) > 0) {
-        char buf[4096];
-        const ssize_t n = read(read_fd, buf, sizeof buf);
-        if (n > 0) {
-          partial.append(buf, static_cast<std::size_t>(n));
-          flush_partial(false);
-        } else if (n == 0 || errno != EINTR) {
-          close(read_fd);
-          read_fd = -1;
-        }
-      }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (!reaped) {
-      const pid_t w = waitpid(pid, &status, WNOHANG);
-      if (w == pid) {
-        reaped = true;
-        // A grandchild may still hold the pipe; give the output a moment, then stop reading.
-        if (read_fd >= 0) {
-          const auto drain_until = Clock::now() + std::chrono::seconds(2);
-          while (read_fd >= 0 && Clock::now() < drain_until) {
-            pollfd p{read_fd, POLLIN, 0};
-            if (poll(&p, 1, 100) <= 0) continue;
-            char buf[4096];
-            const ssize_t n = read(read_fd, buf, sizeof buf);
-            if (n <= 0) {
-              close(read_fd);
-              read_fd = -1;
-            } else {
-              partial.append(buf, static_cast<std::size_t>(n));
-            }
-          }
-          if (read_fd >= 0) close(read_fd);
-          read_fd = -1;
-        }
-        continue;
-      }
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      if (timeout_s > 0 && elapsed > timeout_s) {
-        if (!term_sent) {
-          result.timed_out = true;
-          kill(pid, SIGTERM);
-          term_sent = true;
-          term_time = Clock::now();
-        } else if (Clock::now() - term_time > std::chrono::seconds(5)) {
-          kill(pid, SIGKILL);
-        }
-      }
-    }
-  }
-  flush_partial(true);
-  if (WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-    if (result.exit_code == 127 && !result.tail.empty() &&
-        result.tail.back().rfind("cannot run ", 0) == 0)
-      result.started = false;
-  } else if (WIFSIGNALED(status)) {
-    result.signal = WTERMSIG(status);
-  }
-  return result;
+  Ran ran{grader::run_process(spec), {}, timeout_s};
+  ran.tail = grader::split_lines(grader::tail_lines(ran.process.output, 60));
+  return ran;
 }
 
 // ---------------------------------------------------------------------------------------
 // Chapters, the build directory's configuration, results files
 // ---------------------------------------------------------------------------------------
 
-struct Chapter {
-  std::string id;    // "04"
-  std::string slug;  // "04_fused_softmax"
-};
-
 // Every chapter whose manifest names a bench program, in chapter order.
 std::vector<Chapter> chapters_with_bench(const fs::path& source_dir) {
   std::vector<Chapter> out;
-  const fs::path tests = source_dir / "tests";
-  if (!fs::is_directory(tests)) return out;
-  for (const auto& dir : fs::directory_iterator(tests)) {
-    const fs::path manifest = dir.path() / "chapter.json";
-    if (!fs::is_regular_file(manifest)) continue;
-    try {
-      std::ifstream in(manifest);
-      const json j = json::parse(in);
-      if (j.contains("bench") && j.contains("id") && j.contains("slug"))
-        out.push_back({j.at("id").get<std::string>(), j.at("slug").get<std::string>()});
-    } catch (const std::exception& e) {
-      std::cerr << "workbook bench: warning: " << manifest.string() << " is not a valid manifest ("
-                << e.what() << "); chapter skipped\n";
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const Chapter& a, const Chapter& b) { return a.slug < b.slug; });
+  for (const auto& c : grader::discover_chapters(source_dir))
+    if (!c.bench.empty()) out.push_back(c);
   return out;
 }
 
-// "4", "04", "04_fused_softmax" and "fused_softmax" all name chapter 04.
-bool names_chapter(std::string arg, const Chapter& c) {
-  if (arg.size() == 1 && std::isdigit(static_cast<unsigned char>(arg[0]))) arg = "0" + arg;
-  if (arg == c.id || arg == c.slug) return true;
-  return c.slug.size() > 3 && c.slug.substr(3) == arg;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
-
-std::vector<std::string> split_list(const std::string& text) {  // "a;b" or "a,b"
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : text + ";") {
-    if (ch == ';' || ch == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (!std::isspace(static_cast<unsigned char>(ch))) {
-      cur += ch;
-    }
-  }
-  return out;
-}
-
-// The values of a build directory's CMakeCache.txt (NAME:TYPE=VALUE lines).
-std::map<std::string, std::string> read_cmake_cache(const fs::path& build_dir) {
-  std::map<std::string, std::string> out;
-  std::ifstream in(build_dir / "CMakeCache.txt");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line[0] == '/') continue;
-    const auto colon = line.find(':'), eq = line.find('=');
-    if (colon == std::string::npos || eq == std::string::npos || colon > eq) continue;
-    out[line.substr(0, colon)] = line.substr(eq + 1);
-  }
-  return out;
+// The fast build exists for a chapter only when solutions/<slug>/fast/ does.
+bool has_fast_variant(const fs::path& source_dir, const Chapter& c) {
+  return fs::is_directory(source_dir / "solutions" / c.slug / "fast");
 }
 
 // "" when `path` is a results file of `chapter` and `build` with at least one entry;
@@ -307,11 +127,6 @@ std::string seconds_text(Clock::time_point since) {
   return s.str();
 }
 
-std::string display_path(const fs::path& p) {
-  const fs::path rel = p.lexically_relative(fs::current_path());
-  return !rel.empty() && rel.native().rfind("..", 0) != 0 ? rel.string() : p.string();
-}
-
 // ---------------------------------------------------------------------------------------
 // The subcommand
 // ---------------------------------------------------------------------------------------
@@ -340,28 +155,36 @@ struct Row {
 };
 
 // The first line of a failure that says what went wrong (the bench's own message).
-std::string first_reason(const std::deque<std::string>& tail) {
+std::string first_reason(const std::vector<std::string>& tail) {
   for (const auto& line : tail)
     if (line.find("not implemented yet") != std::string::npos) return line;
   for (auto it = tail.rbegin(); it != tail.rend(); ++it)
-    if (!it->empty()) return *it;
+    if (!grader::trim(*it).empty()) return *it;
   return "";
 }
 
-std::vector<Chapter> select_chapters(const std::vector<Chapter>& all, const std::vector<std::string>& wanted) {
-  std::vector<Chapter> selected;
-  for (const auto& arg : wanted) {
-    auto it = std::find_if(all.begin(), all.end(), [&](const Chapter& c) { return names_chapter(arg, c); });
-    if (it == all.end()) {
-      std::vector<std::string> names;
-      for (const auto& c : all) names.push_back(c.slug);
-      throw UsageError("no chapter with a bench program matches '" + arg + "'; chapters with one: " +
-                       join(names, ", "));
-    }
-    if (std::none_of(selected.begin(), selected.end(), [&](const Chapter& c) { return c.slug == it->slug; }))
-      selected.push_back(*it);
+std::vector<Chapter> select_bench_chapters(const std::vector<Chapter>& all, const std::vector<std::string>& wanted) {
+  try {
+    return grader::select_chapters(all, wanted);
+  } catch (const grader::InputError&) {
+    std::vector<std::string> names;
+    for (const auto& c : all) names.push_back(c.slug);
+    throw UsageError("no chapter with a bench program matches '" + join(wanted, " ") + "'; chapters with one: " +
+                     join(names, ", "));
   }
-  return selected.empty() ? all : selected;
+}
+
+// "solution,fast" -> the builds; "all" is every build. UsageError for an unknown one.
+std::vector<std::string> parse_builds(const std::string& text) {
+  std::vector<std::string> builds;
+  for (const auto& b : split_list(text)) {
+    if (b == "all") return kBuilds;
+    if (std::find(kBuilds.begin(), kBuilds.end(), b) == kBuilds.end())
+      throw UsageError("unknown build '" + b + "' (builds: " + join(kBuilds, ", ") + ", all; a comma list names several)");
+    if (std::find(builds.begin(), builds.end(), b) == builds.end()) builds.push_back(b);
+  }
+  if (builds.empty()) throw UsageError("--builds names no build (builds: " + join(kBuilds, ", ") + ")");
+  return builds;
 }
 
 struct Job {
@@ -378,22 +201,25 @@ struct BuildConfig {
 
   bool has(const Job& j) const {
     const bool chapter_on = chapters.empty() || std::find(chapters.begin(), chapters.end(), j.chapter.id) != chapters.end();
-    return chapter_on && std::find(builds.begin(), builds.end(), j.build) != builds.end();
+    auto configured = [&](const char* b) { return std::find(builds.begin(), builds.end(), b) != builds.end(); };
+    // The fast build comes with the solution build (cmake/Workbook.cmake).
+    if (j.build == "fast") return chapter_on && (configured("solution") || configured("fast"));
+    return chapter_on && configured(j.build.c_str());
   }
 };
 
 BuildConfig read_build_config(const fs::path& build_dir, const fs::path& source_dir, bool must_exist) {
-  const auto cache = read_cmake_cache(build_dir);
-  if (cache.empty() && must_exist)
+  if (!fs::exists(build_dir / "CMakeCache.txt") && must_exist)
     throw UsageError(build_dir.string() + " is not a configured build directory (no CMakeCache.txt). Configure it first:\n  cmake -S " +
                      source_dir.string() + " -B " + build_dir.string() +
                      " -G Ninja -DCMAKE_BUILD_TYPE=Release\nor name another one with --build-dir.");
   BuildConfig c;
   c.dir = build_dir;
-  c.chapters_text = cache.count("WB_CHAPTERS") ? cache.at("WB_CHAPTERS") : "";
+  c.chapters_text = grader::cached_variable(build_dir, "WB_CHAPTERS");
   c.chapters = split_list(c.chapters_text);
-  c.builds = split_list(cache.count("WB_BUILDS") ? cache.at("WB_BUILDS") : "solution;student");
-  if (cache.count("CMAKE_COMMAND")) c.cmake = cache.at("CMAKE_COMMAND");
+  const std::string builds = grader::cached_variable(build_dir, "WB_BUILDS");
+  c.builds = split_list(builds.empty() ? "solution;student" : builds);
+  if (const std::string cmake = grader::cached_variable(build_dir, "CMAKE_COMMAND"); !cmake.empty()) c.cmake = cmake;
   return c;
 }
 
@@ -405,8 +231,8 @@ Row run_job(const Job& job, const Options& opt, const BuildConfig& config, const
   const std::string target = "bench_" + job.chapter.id + "_" + job.build;
   const auto started = Clock::now();
   if (!opt.no_build) {
-    std::cerr << tag << ": building " << target << "\n";
-    const auto built = run_process({config.cmake, "--build", config.dir.string(), "--target", target}, Output::inherit, 0);
+    std::cerr << tag << ": building " << target << "\n";  // the build's own lines follow, indented
+    const auto built = run_echoing({config.cmake, "--build", config.dir.string(), "--target", target}, 0, true);
     if (!built.exited(0)) {
       std::cerr << tag << ": the build of " << target << " failed (" << built.describe()
                 << "); the compiler's messages are above\n";
@@ -426,7 +252,7 @@ Row run_job(const Job& job, const Options& opt, const BuildConfig& config, const
   std::vector<std::string> argv = {binary.string(), "--out", new_path.string()};
   if (opt.quick) argv.push_back("--quick");
   std::cerr << tag << ": running " << target << (opt.quick ? " --quick" : "") << "\n";
-  const auto ran = run_process(argv, Output::echo_stderr, opt.timeout_s);
+  const auto ran = run_echoing(argv, opt.timeout_s);
 
   if (ran.exited(kSkipNoGpu)) {
     fs::remove(new_path, ec);
@@ -466,7 +292,7 @@ Row run_job(const Job& job, const Options& opt, const BuildConfig& config, const
                               ? "wrote a malformed results file: " + problem
                               : target + " " + ran.describe() + (reason.empty() ? "" : ": " + reason);
   std::cerr << tag << ": failed: " << why << stale << "\n";
-  return {Row::failed, slug, job.build, ran.timed_out ? "timed out" : "failed", why};
+  return {Row::failed, slug, job.build, ran.process.timed_out ? "timed out" : "failed", why};
 }
 
 // The PyTorch peer over the sizes of the chapter 04/05 results just written (needs torch).
@@ -477,7 +303,7 @@ Row run_peers(const Options& opt, const fs::path& source_dir, const fs::path& re
   if (opt.quick) argv.push_back("--quick");
   std::cerr << tag << ": running notebooks/peers/pytorch_peers.py\n";
   const auto started = Clock::now();
-  const auto ran = run_process(argv, Output::echo_stderr, opt.timeout_s);
+  const auto ran = run_echoing(argv, opt.timeout_s);
   if (ran.exited(0)) {
     std::cerr << tag << ": wrote " << display_path(out) << " in " << seconds_text(started) << "\n";
     return {Row::written, "pytorch_peers", "peer", "written", display_path(out)};
@@ -502,51 +328,42 @@ void print_summary(const std::vector<Row>& rows) {
   for (const auto& r : rows) line(r.what, r.build, r.result, r.detail);
 }
 
-int run_bench(const Options& opt) {
-  const fs::path source_dir = WB_SOURCE_DIR;
-  const fs::path results_dir = fs::absolute(opt.results_dir);
+// The runs asked for: every selected chapter times every build asked for that the build
+// directory has. A chapter asked for by name says why a build of it does not run.
+struct Plan {
   std::vector<Job> jobs;
-  std::vector<Row> rows;
+  std::vector<Row> skipped;
   BuildConfig config;
-  try {
-    const auto all = chapters_with_bench(source_dir);
-    if (all.empty())
-      throw UsageError("no chapter names a bench program yet (\"bench\" in tests/NN_slug/chapter.json)");
-    const auto selected = select_chapters(all, opt.chapters);
-    const auto builds = split_list(opt.builds);
-    for (const auto& b : builds)
-      if (b != "solution" && b != "student")
-        throw UsageError("unknown build '" + b + "' (builds are solution and student)");
-    config = read_build_config(fs::absolute(opt.build_dir), source_dir, !opt.no_build);
-    for (const auto& c : selected)
-      for (const auto& b : builds) {
-        const Job job{c, b};
-        if (config.has(job))
-          jobs.push_back(job);
-        else if (!opt.chapters.empty())  // asked for by name: say why it does not run
-          rows.push_back({Row::skipped, c.slug, b, "skipped",
-                          "not configured in " + display_path(config.dir) + " (WB_CHAPTERS='" + config.chapters_text +
-                              "', WB_BUILDS='" + join(config.builds, ";") + "'): reconfigure with cmake -D..."});
+};
+
+Plan plan_runs(const Options& opt, const fs::path& source_dir) {
+  const auto all = chapters_with_bench(source_dir);
+  if (all.empty())
+    throw UsageError("no chapter names a bench program yet (\"bench\" in tests/NN_slug/chapter.json)");
+  const auto selected = select_bench_chapters(all, opt.chapters);
+  const auto builds = parse_builds(opt.builds);
+  Plan plan;
+  plan.config = read_build_config(fs::absolute(opt.build_dir), source_dir, !opt.no_build);
+  for (const auto& c : selected)
+    for (const auto& b : builds) {
+      const Job job{c, b};
+      if (b == "fast" && !has_fast_variant(source_dir, c)) {
+        if (!opt.chapters.empty())
+          plan.skipped.push_back({Row::skipped, c.slug, b, "skipped", "no fast variant (solutions/" + c.slug + "/fast/)"});
+      } else if (plan.config.has(job)) {
+        plan.jobs.push_back(job);
+      } else if (!opt.chapters.empty()) {
+        plan.skipped.push_back({Row::skipped, c.slug, b, "skipped",
+                                "not configured in " + display_path(plan.config.dir) + " (WB_CHAPTERS='" +
+                                    plan.config.chapters_text + "', WB_BUILDS='" + join(plan.config.builds, ";") +
+                                    "'): reconfigure with cmake -D..."});
       }
-    std::error_code ec;
-    fs::create_directories(results_dir, ec);
-    if (ec) throw UsageError("cannot create the results directory " + results_dir.string() + ": " + ec.message());
-  } catch (const UsageError& e) {
-    std::cerr << "workbook bench: " << e.what() << "\n";
-    return 2;
-  }
+    }
+  return plan;
+}
 
-  const std::size_t total = jobs.size() + (opt.peers ? 1 : 0);
-  std::cerr << "workbook bench: " << jobs.size() << " run(s)" << (opt.quick ? ", quick" : "")
-            << "; results go to " << display_path(results_dir) << "\n";
-  std::size_t k = 0;
-  auto tag = [&](const std::string& what) {
-    return "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " + what;
-  };
-  for (const auto& job : jobs)
-    rows.push_back(run_job(job, opt, config, results_dir, tag(job.chapter.slug + " (" + job.build + ")")));
-  if (opt.peers) rows.push_back(run_peers(opt, source_dir, results_dir, tag("PyTorch peers")));
-
+// The exit status: 1 when a run failed, 77 when nothing could be measured for want of a GPU.
+int summarize(const std::vector<Row>& rows) {
   print_summary(rows);
   const auto count = [&](Row::Outcome o) {
     return std::count_if(rows.begin(), rows.end(), [o](const Row& r) { return r.outcome == o; });
@@ -561,6 +378,40 @@ int run_bench(const Options& opt) {
   return 0;
 }
 
+int run_bench(const Options& opt) {
+  grader::install_interrupt_handlers();  // Ctrl-C stops the bench program's whole group too
+  const fs::path source_dir = WB_SOURCE_DIR;
+  const fs::path results_dir = fs::absolute(opt.results_dir);
+  Plan plan;
+  const bool results_dir_existed = fs::exists(results_dir);
+  try {
+    plan = plan_runs(opt, source_dir);
+    std::error_code ec;
+    fs::create_directories(results_dir, ec);
+    if (ec) throw UsageError("cannot create the results directory " + results_dir.string() + ": " + ec.message());
+  } catch (const std::exception& e) {  // UsageError, or a manifest the grader cannot read
+    std::cerr << "workbook bench: " << e.what() << "\n";
+    return 2;
+  }
+
+  const std::size_t total = plan.jobs.size() + (opt.peers ? 1 : 0);
+  std::cerr << "workbook bench: " << plan.jobs.size() << " run(s)" << (opt.quick ? ", quick" : "")
+            << "; results go to " << display_path(results_dir) << "\n";
+  std::size_t k = 0;
+  auto tag = [&](const std::string& what) {
+    return "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " + what;
+  };
+  std::vector<Row> rows = plan.skipped;
+  for (const auto& job : plan.jobs)
+    rows.push_back(run_job(job, opt, plan.config, results_dir, tag(job.chapter.slug + " (" + job.build + ")")));
+  if (opt.peers) rows.push_back(run_peers(opt, source_dir, results_dir, tag("PyTorch peers")));
+
+  // A results directory made for this run and left empty (no GPU, every run failed) goes.
+  std::error_code ec;
+  if (!results_dir_existed && fs::is_empty(results_dir, ec)) fs::remove(results_dir, ec);
+  return summarize(rows);
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -571,7 +422,7 @@ void register_bench(CLI::App& app) {
       "and write one results file per run into the results directory");
   cmd->add_option("chapters", opt->chapters, "Chapters to run (04, 04_fused_softmax or fused_softmax); default: all with a bench program");
   cmd->add_option("--results-dir", opt->results_dir, "Where the results files go")->capture_default_str();
-  cmd->add_option("--builds", opt->builds, "Which builds to run: solution, student or both")->capture_default_str();
+  cmd->add_option("--builds", opt->builds, "Which builds to run: solution, student, fast (where solutions/NN_slug/fast/ exists), all, or a comma list (solution,fast)")->capture_default_str();
   cmd->add_option("--build-dir", opt->build_dir, "The CMake build directory")->capture_default_str();
   cmd->add_flag("--quick", opt->quick, "Fewer sizes and samples (passed to the bench programs)");
   cmd->add_flag("--no-build", opt->no_build, "Run the bench programs as they are, without rebuilding them");

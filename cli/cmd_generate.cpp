@@ -9,15 +9,13 @@
 // The CPU backend runs here (wb::model). The GPU backends live in the chapters' libraries,
 // which only chapter 03's bench program links (all three chapters, one build): this
 // command builds build/bin/bench_03_<build> and runs its `generate` subcommand.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "grader/build.hpp"
+#include "grader/process.hpp"
 
 #ifdef WB_HAVE_MODEL
 #include "wb/model/checkpoint.hpp"
@@ -26,21 +24,29 @@
 #include "wb/model/synthetic.hpp"
 #endif
 
-extern char** environ;
-
 namespace wb::cli {
 namespace {
 
-// Runs argv (no shell) and returns its exit status (127 when it cannot be started).
-int run_and_wait(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return 127;
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return 127;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+// Runs argv (no shell) through the grader's process runner and returns its exit status.
+// A build echoes its lines to stderr (only when it builds something); the generator writes
+// straight to our stdout and stderr, so `./workbook generate > story.txt` holds the story only.
+int run_and_wait(const std::vector<std::string>& args, bool is_build) {
+  grader::ProcessSpec spec;
+  spec.argv = args;
+  spec.env = grader::inherited_environment({});
+  spec.limits.output_bytes = 1u << 20;
+  if (is_build)
+    spec.on_line = [](const std::string& line) {
+      if (!grader::is_idle_build_line(line)) std::cerr << line << "\n";
+    };
+  else
+    spec.inherit_output = true;
+  const grader::ProcessResult r = grader::run_process(spec);
+  if (!r.started) {
+    std::cerr << "workbook generate: " << args[0] << " " << r.describe() << "\n";
+    return 127;
+  }
+  return r.signal ? 128 + r.signal : r.exit_code;
 }
 
 struct Options {
@@ -55,10 +61,11 @@ struct Options {
 
 // The GPU backends: build chapter 03's bench program for `build` and let it generate.
 int generate_on_gpu(const Options& o) {
+  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
   const std::string target = "bench_03_" + o.build;
   const std::string binary_dir = WB_BINARY_DIR;
   std::cerr << "workbook generate: building " << target << " (chapters 01-03, " << o.build << " build)\n";
-  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}) != 0) {
+  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
     std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: backend "
               << o.backend << " needs chapters 01, 02 and 03 configured"
               << (o.build == "student" ? " and your chapter files compiling" : "")
@@ -72,7 +79,7 @@ int generate_on_gpu(const Options& o) {
   if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
   if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
   if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
-  const int code = run_and_wait(args);
+  const int code = run_and_wait(args, false);
   if (code == 77) std::cerr << "workbook generate: backend " << o.backend << " needs a CUDA device; try --backend cpu\n";
   return code;
 }

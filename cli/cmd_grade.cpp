@@ -1,5 +1,5 @@
 // `workbook grade SUBMISSION --out DIR` and `workbook grade-all ROSTER --out DIR`: grading
-// for instructors (docs/grading.md). The engine lives in grader/core; this file is options.
+// for instructors (docs/grading.md). The engine lives in grader/; this file is options.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -77,6 +77,9 @@ grader::GradeOptions base_options(const Common& c, std::vector<grader::Chapter>&
     for (const auto& ch : all) known = known || ch.id == id;
     if (!known) std::cerr << "workbook: note: the rubric has settings for chapter " << id << ", which does not exist\n";
   }
+  // Missing editable files are filled from chapters/: it must hold the committed starters.
+  if (const std::string note = grader::check_committed_starters(g.source_dir); !note.empty())
+    std::cerr << "workbook: note: " << note << "\n";
   g.seed = parse_seed(c.seed);
   g.sanitize = c.sanitize;
   g.timeout_override_s = c.timeout;
@@ -160,7 +163,6 @@ int run_grade(const Common& c, const std::string& submission, const std::string&
     // Held under the lock: the same scratch paths from one grade to the next let the build
     // reuse the objects of files that did not change.
     grader::Workspace ws{work / "tree", work / "build", work / "scratch"};
-    if (!g.gpu_tests) std::cerr << "grade: GPU tests will be reported as not gradable here (" << g.no_gpu_reason << ")\n";
     try {
       if (!fs::exists(input)) throw InputError("submission not found: " + input.string());
       grader::sync_source_tree(g.source_dir, ws.tree, {out, work});
@@ -175,8 +177,12 @@ int run_grade(const Common& c, const std::string& submission, const std::string&
     std::error_code ec;
     fs::remove_all(work, ec);
   }
+  if (fs::is_directory(out / "logs", ec) && fs::is_empty(out / "logs", ec)) fs::remove(out / "logs", ec);
   grader::write_reports(report, out, g.rubric.visibility);
   print_summary(report, out);
+  // Said once the submission was read: an invalid one has nothing to grade on any machine.
+  if (!g.gpu_tests && report.value("status", "") != "invalid")
+    std::cerr << "grade: GPU tests were reported as not gradable here (" << g.no_gpu_reason << ")\n";
 
   int code = 0;
   const std::string status = report.value("status", "");

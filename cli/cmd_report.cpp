@@ -30,6 +30,7 @@
 
 #include "commands.hpp"
 #include "grader/process.hpp"
+#include "grader/util.hpp"
 
 namespace wb::cli {
 namespace {
@@ -67,31 +68,12 @@ Captured run_captured(const std::vector<std::string>& argv,
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-std::string display_path(const fs::path& p) {
-  const fs::path rel = p.lexically_relative(fs::current_path());
-  return !rel.empty() && rel.native().rfind("..", 0) != 0 ? rel.string() : p.string();
-}
-
 bool has_json(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".json") return true;
   return false;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 // The lines of a failed notebook run worth showing: the notebook's own error message
@@ -135,15 +117,6 @@ std::vector<fs::path> pngs_in(const fs::path& dir) {
   return out;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
-}
-
 // ---------------------------------------------------------------------------------------
 // The subcommand
 // ---------------------------------------------------------------------------------------
@@ -180,22 +153,22 @@ void write_index(const fs::path& out, const std::vector<NotebookRun>& runs,
        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
        "img{max-width:340px;border:1px solid #ddd;margin:4px}.fail{color:#b00}code{background:#f4f4f4}"
        "</style></head><body><h1>CUDA workbook report</h1>\n";
-  h << "<p>Rendered " << html_escape(utc_now()) << " by <code>./workbook report</code>. Results read from "
+  h << "<p>Rendered " << grader::markup_escape(grader::utc_now_iso()) << " by <code>./workbook report</code>. Results read from "
     << "(earlier directories win, file by file): ";
   for (std::size_t i = 0; i < results_path.size(); ++i)
-    h << (i ? " &gt; " : "") << "<code>" << html_escape(results_path[i].string()) << "</code>";
-  if (!gradebook.empty()) h << "; gradebook <code>" << html_escape(gradebook) << "</code>";
+    h << (i ? " &gt; " : "") << "<code>" << grader::markup_escape(results_path[i].string()) << "</code>";
+  if (!gradebook.empty()) h << "; gradebook <code>" << grader::markup_escape(gradebook) << "</code>";
   h << ". Each notebook lists the exact files it read.</p>\n";
   for (const auto& r : runs) {
-    h << "<h2><a href=\"" << html_escape(r.stem) << ".html\">" << html_escape(r.stem) << "</a></h2>\n";
+    h << "<h2><a href=\"" << grader::markup_escape(r.stem) << ".html\">" << grader::markup_escape(r.stem) << "</a></h2>\n";
     if (!r.ok) {
-      h << "<p class=\"fail\">did not render: <pre>" << html_escape(r.error) << "</pre></p>\n";
+      h << "<p class=\"fail\">did not render: <pre>" << grader::markup_escape(r.error) << "</pre></p>\n";
       continue;
     }
     for (const auto& f : r.figures) {
       const std::string rel = "figures/" + r.stem + "/" + f.filename().string();
-      h << "<a href=\"" << html_escape(rel) << "\"><img src=\"" << html_escape(rel) << "\" alt=\""
-        << html_escape(f.stem().string()) << "\"></a>";
+      h << "<a href=\"" << grader::markup_escape(rel) << "\"><img src=\"" << grader::markup_escape(rel) << "\" alt=\""
+        << grader::markup_escape(f.stem().string()) << "\"></a>";
     }
     h << "\n";
   }
@@ -226,7 +199,7 @@ int run_report(const Options& opt) {
   if (std::none_of(results_path.begin(), results_path.end(), has_json)) {
     std::cerr << "workbook report: no results files found in ";
     for (std::size_t i = 0; i < results_path.size(); ++i)
-      std::cerr << (i ? " or " : "") << display_path(results_path[i]);
+      std::cerr << (i ? " or " : "") << grader::display_path(results_path[i]);
     std::cerr << ".\nRun `./workbook bench` on a machine with a GPU, or restore the shipped reference "
                  "results (data/results/*.json) from the repository.\n";
     return 2;
@@ -350,7 +323,7 @@ int run_report(const Options& opt) {
     if (run.ok) {
       std::cerr << "ok (" << std::fixed << std::setprecision(1) << run.seconds << " s, " << run.figures.size()
                 << " figure" << (run.figures.size() == 1 ? "" : "s") << ") -> "
-                << display_path(out / (run.stem + ".html")) << "\n";
+                << grader::display_path(out / (run.stem + ".html")) << "\n";
     } else {
       run.error = failure_excerpt(result.output());
       std::cerr << "failed (" << result.describe() << ")\n" << run.error << "\n";
@@ -360,7 +333,7 @@ int run_report(const Options& opt) {
   }
   write_index(out, runs, results_path, gradebook);
   std::cerr << "workbook report: " << runs.size() - failed << " of " << runs.size()
-            << " notebook(s) rendered; open " << display_path(out / "index.html") << "\n";
+            << " notebook(s) rendered; open " << grader::display_path(out / "index.html") << "\n";
   return failed ? 1 : 0;
 }
 

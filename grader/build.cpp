@@ -75,6 +75,11 @@ std::string cached_variable(const fs::path& build_dir, const std::string& name) 
   return "";
 }
 
+bool is_idle_build_line(const std::string& line) {
+  return line.find("ninja: no work to do") != std::string::npos ||
+         line.find("Re-checking globbed directories") != std::string::npos;
+}
+
 std::string cached_cuda_architectures(const fs::path& build_dir) {
   return cached_variable(build_dir, "CMAKE_CUDA_ARCHITECTURES");
 }

@@ -49,6 +49,10 @@ BuildOutcome build_targets(const std::filesystem::path& build_dir, const std::ve
                            double timeout_s, const std::vector<std::string>& env, int jobs,
                            const std::vector<std::filesystem::path>& strip_prefixes);
 
+// A line a build prints when it has nothing to do ("ninja: no work to do.", CMake's
+// "Re-checking globbed directories..."): echoed output leaves these out.
+bool is_idle_build_line(const std::string& line);
+
 // The first compiler errors of a build log, with work-directory paths made short.
 std::string compile_error_excerpt(const std::string& log, const std::vector<std::filesystem::path>& strip_prefixes);
 

@@ -92,6 +92,10 @@ Chapter parse_chapter_manifest(const fs::path& manifest) {
     test.timeout_s = t.value("timeout", 600.0);
     c.tests.push_back(test);
   }
+  if (j.contains("bench")) {
+    c.bench = get_string(j, "bench", manifest);
+    check_relative(c.bench, manifest, "bench");
+  }
   return c;
 }
 

@@ -21,6 +21,7 @@ struct Chapter {
   std::vector<std::string> editable;  // relative to chapters/<slug>/
   std::vector<std::string> support;   // relative to tests/<slug>/
   std::vector<ChapterTest> tests;
+  std::string bench;     // the bench program's source in tests/<slug>/, "" when none
 
   // test_04_correctness_student
   std::string binary(const std::string& kind, const std::string& build = "student") const;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -85,6 +86,30 @@ class OutputCapture {
   std::size_t half_;
   std::string head_, tail_;
   std::uint64_t total_ = 0;
+};
+
+// Hands complete lines to a callback as output arrives.
+class LineSplitter {
+ public:
+  explicit LineSplitter(const std::function<void(const std::string&)>& on_line) : on_line_(on_line) {}
+  void add(const char* data, std::size_t n) {
+    if (!on_line_) return;
+    pending_.append(data, n);
+    std::size_t start = 0, nl;
+    while ((nl = pending_.find('\n', start)) != std::string::npos) {
+      on_line_(pending_.substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending_.erase(0, start);
+  }
+  void finish() {
+    if (on_line_ && !pending_.empty()) on_line_(pending_);
+    pending_.clear();
+  }
+
+ private:
+  const std::function<void(const std::string&)>& on_line_;
+  std::string pending_;
 };
 
 std::uint64_t resident_bytes(pid_t pid) {
@@ -165,6 +190,7 @@ ProcessResult run_process(const ProcessSpec& spec) {
     result.start_error = std::string("pipe: ") + std::strerror(errno);
     return result;
   }
+  if (spec.inherit_output) std::fflush(nullptr);  // what we printed comes before the child's
   const pid_t parent = ::getpid();
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
@@ -178,8 +204,10 @@ ProcessResult run_process(const ProcessSpec& spec) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
-    ::dup2(out_pipe[1], 1);
-    ::dup2(out_pipe[1], 2);
+    if (!spec.inherit_output) {
+      ::dup2(out_pipe[1], 1);
+      ::dup2(out_pipe[1], 2);
+    }
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
     const int report_fd = err_pipe[1];
@@ -243,6 +271,11 @@ ProcessResult run_process(const ProcessSpec& spec) {
   result.started = true;
 
   OutputCapture capture(lim.output_bytes);
+  LineSplitter lines(spec.on_line);
+  auto take = [&](const char* data, std::size_t n) {
+    capture.add(data, n);
+    lines.add(data, n);
+  };
   ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
   bool exited = false, out_open = true;
   int status = 0;
@@ -259,7 +292,7 @@ ProcessResult run_process(const ProcessSpec& spec) {
       for (;;) {
         const ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
         if (n > 0) {
-          capture.add(buf, static_cast<std::size_t>(n));
+          take(buf, static_cast<std::size_t>(n));
           continue;
         }
         if (n == 0) out_open = false;  // every writer closed it
@@ -298,11 +331,12 @@ ProcessResult run_process(const ProcessSpec& spec) {
   const double end_drain = elapsed() + 0.5;
   while (out_open && elapsed() < end_drain) {
     const ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
-    if (n > 0) capture.add(buf, static_cast<std::size_t>(n));
+    if (n > 0) take(buf, static_cast<std::size_t>(n));
     else if (n == 0) out_open = false;
     else ::usleep(10000);
   }
   ::close(out_pipe[0]);
+  lines.finish();
   int exec_errno = 0;
   if (::read(err_pipe[0], &exec_errno, sizeof exec_errno) == static_cast<ssize_t>(sizeof exec_errno)) {
     result.started = false;

@@ -8,6 +8,7 @@
 // calls setsid() or attacks the kernel can escape it. docs/grading.md ("Threat model").
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,12 @@ struct ProcessSpec {
   std::vector<std::string> env;  // the child's whole environment, "NAME=value"
   std::filesystem::path cwd;     // empty: the grader's
   ProcessLimits limits;
+  // Called with each line of output as it arrives (without its newline; a last line without
+  // one comes at the end), e.g. to echo a build's progress. The output is captured all the same.
+  std::function<void(const std::string& line)> on_line;
+  // The child writes straight to the grader's own stdout and stderr; nothing is captured and
+  // on_line is not called (for output that is the user's, like generate's story).
+  bool inherit_output = false;
 };
 
 struct ProcessResult {
@@ -51,6 +58,7 @@ struct ProcessResult {
   std::string describe(double timeout_s = 0) const;
 };
 
+// The one way the workbook starts a program (check, grade, bench, generate, report, archives).
 ProcessResult run_process(const ProcessSpec& spec);
 
 // "SIGSEGV (segmentation fault)"

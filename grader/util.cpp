@@ -1,5 +1,7 @@
 #include "grader/util.hpp"
 
+#include <cctype>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -184,14 +186,7 @@ std::string random_hex(std::size_t bytes) {
   return r;
 }
 
-std::string utc_now_iso() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string utc_now_iso() { return wb::utc_now_iso(); }  // one clock format for lib and grader
 
 std::string human_seconds(double s) {
   char buf[48];
@@ -294,6 +289,46 @@ bool path_inside(const fs::path& path, const fs::path& dir) {
     if (pi == p.end() || *pi != *di) return false;
   }
   return true;
+}
+
+}  // namespace wb::grader
+
+namespace wb::grader {
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : std::string(text) + ";") {
+    if (ch == ';' || ch == ',' || std::isspace(static_cast<unsigned char>(ch))) {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  return out;
+}
+
+std::string markup_escape(std::string_view raw) {
+  const std::string s = printable(raw);
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;  // XML and HTML both know the numeric form
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string display_path(const fs::path& p) {
+  const fs::path rel = p.lexically_relative(fs::current_path());
+  return !rel.empty() && rel.native().rfind("..", 0) != 0 ? rel.string() : p.string();
 }
 
 }  // namespace wb::grader

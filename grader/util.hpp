@@ -26,6 +26,8 @@ bool starts_with(std::string_view s, std::string_view prefix);
 bool ends_with(std::string_view s, std::string_view suffix);
 std::string to_lower(std::string_view s);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
+// "a;b", "a,b" or "a b" -> {"a", "b"} (CMake lists, option values); empty items dropped.
+std::vector<std::string> split_list(std::string_view text);
 void replace_all(std::string& s, std::string_view from, std::string_view to);
 
 // Glob with * and ? (the rubric's test-name patterns).
@@ -39,6 +41,11 @@ std::string tail_lines(std::string_view s, std::size_t max_lines);
 // invalid sequences) so reports stay valid JSON/XML whatever a submission printed.
 std::string printable(std::string_view s);
 
+// Text for XML and HTML (attribute values included): & < > " ' escaped, after printable().
+std::string markup_escape(std::string_view s);
+// `p` relative to the current directory when it lies below it, else as given (for messages).
+std::string display_path(const fs::path& p);
+
 // A name safe as a file or directory name: [A-Za-z0-9._-], never empty, never "." or "..".
 std::string safe_name(std::string_view s);
 
@@ -50,6 +57,7 @@ std::string hex64(std::uint64_t v);
 std::uint64_t random_u64();
 std::string random_hex(std::size_t bytes);
 
+// "2026-11-24T03:26:30Z": the one timestamp format of reports, logs and rendered pages.
 std::string utc_now_iso();
 std::string human_seconds(double s);  // "850 ms", "12.3 s", "2 min 05 s"
 std::string format_points(double v);  // "7", "7.5", "6.67"
