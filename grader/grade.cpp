@@ -335,12 +335,12 @@ json grade_submission(const fs::path& submission, const std::string& student, co
   for (const auto& c : all)
     if (o.only_chapters.empty() || std::find(o.only_chapters.begin(), o.only_chapters.end(), c.id) != o.only_chapters.end())
       chapters.push_back(c);
-  fs::create_directories(logs);
   fs::create_directories(ws.scratch);
 
   say("reading the submission");
   const PreparedSubmission sub = prepare_submission(
       submission, chapters, {ws.tree, o.source_dir / "solutions"}, ws.scratch, o.rubric.limits);
+  fs::create_directories(logs);  // only for a submission that could be read
 
   std::map<std::string, ChapterRuns> runs;
   std::map<std::string, std::vector<Flag>> flags;
@@ -468,6 +468,11 @@ json grade_submission(const fs::path& submission, const std::string& student, co
                  {"chapters", json::array()}};
   json submission_json = sub.to_json();
   submission_json.erase("chapters");
+  // Editable files the submission lacked: the committed starter was built in their place.
+  json filled = json::object();
+  for (const auto& [id, sc] : sub.chapters)
+    if (sc.present && !sc.from_starter.empty()) filled[id] = sc.from_starter;
+  submission_json["filled_from_starter"] = filled;
   report["submission"] = submission_json;
   std::string device;
   for (const auto& c : chapters) {

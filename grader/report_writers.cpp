@@ -188,6 +188,14 @@ std::string render_markdown(const json& r) {
   }
 
   const json sub = r.value("submission", json::object());
+  const json filled = sub.value("filled_from_starter", json::object());
+  if (!filled.empty()) {
+    md << "## Files filled in from the starter\n\nThese editable files were not in your submission; the "
+          "workbook's unchanged starter was built in their place:\n\n";
+    for (const auto& [id, files] : filled.items())
+      for (const auto& f : files) md << "- chapter " << id << ": " << f.get<std::string>() << "\n";
+    md << "\n";
+  }
   const json ignored = sub.value("ignored", json::array());
   const json notes = sub.value("notes", json::array());
   if (!ignored.empty() || !notes.empty()) {
@@ -197,8 +205,10 @@ std::string render_markdown(const json& r) {
     for (const auto& i : ignored) md << "- " << i.get<std::string>() << "\n";
     md << "\n";
   }
-  md << "---\nSeed of this grading run: " << r.value("seed", std::uint64_t{0})
-     << " (inputs are random; every run draws new ones).\n";
+  // The seed stays in report.json (the instructor's): shown to students, a fixed --seed would
+  // let anyone replay the graded inputs and tune code to them (docs/grading.md, "The seed").
+  md << "---\nInputs are random, drawn from a hidden seed that your instructor can look up to "
+        "reproduce a failure; `./workbook check` draws new ones on every run.\n";
   return md.str();
 }
 
@@ -216,13 +226,24 @@ json render_gradescope(const json& r, const std::string& visibility) {
             !c.value("message", "").empty())
           output += "\n\n" + clip_text(c.value("message", ""), 40, 6000);
         if (!c.value("hint", "").empty()) output += "\n\nHint: " + c.value("hint", "");
-        tests.push_back({{"name", chapter + " / " + kind},
-                         {"score", k.value("score", 0.0)},
-                         {"max_score", k.value("max_score", 0.0)},
-                         {"status", k.value("score", 0.0) >= k.value("max_score", 0.0) && k.value("max_score", 0.0) > 0
-                                        ? "passed" : "failed"},
-                         {"output", output},
-                         {"visibility", visibility}});
+        json entry = {{"name", chapter + " / " + kind},
+                      {"score", k.value("score", 0.0)},
+                      {"max_score", k.value("max_score", 0.0)},
+                      {"output", output},
+                      {"visibility", visibility}};
+        if (k.value("status", "") == "not_gradable") {
+          // Gradescope knows only passed and failed; a test that could not run here is
+          // neither. No "status": 0 points with an output that says why (docs/grading.md).
+          entry["name"] = chapter + " / " + kind + " (not graded here)";
+          entry["output"] = "NOT GRADED: these tests could not run on the grading machine (" +
+                            r["grader"].value("no_gpu_reason", std::string("no CUDA device")) +
+                            "). This says nothing about your code; your instructor must grade it again "
+                            "on a machine with a GPU.";
+        } else {
+          entry["status"] = k.value("score", 0.0) >= k.value("max_score", 0.0) && k.value("max_score", 0.0) > 0
+                                ? "passed" : "failed";
+        }
+        tests.push_back(entry);
         continue;
       }
       for (const auto& t : k["tests"]) {
@@ -260,22 +281,6 @@ json render_gradescope(const json& r, const std::string& visibility) {
           {"tests", tests}};
 }
 
-std::string xml_escape(const std::string& raw) {
-  const std::string s = printable(raw);
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string render_junit(const json& r) {
   std::ostringstream suites;
   int all_tests = 0, all_failures = 0, all_errors = 0, all_skipped = 0;
@@ -289,12 +294,12 @@ std::string render_junit(const json& r) {
     auto testcase = [&](const std::string& cls, const std::string& name, double t, const std::string& body) {
       ++tests;
       time += t;
-      cases << "    <testcase classname=\"" << xml_escape(cls) << "\" name=\"" << xml_escape(name) << "\" time=\""
+      cases << "    <testcase classname=\"" << markup_escape(cls) << "\" name=\"" << markup_escape(name) << "\" time=\""
             << t << "\">" << body << "</testcase>\n";
     };
     auto element = [](const char* tag, const std::string& type, const std::string& message, const std::string& text) {
-      return std::string("<") + tag + " type=\"" + xml_escape(type) + "\" message=\"" +
-             xml_escape(clip_text(trim(message), 1, 200)) + "\">" + xml_escape(text) + "</" + tag + ">";
+      return std::string("<") + tag + " type=\"" + markup_escape(type) + "\" message=\"" +
+             markup_escape(clip_text(trim(message), 1, 200)) + "\">" + markup_escape(text) + "</" + tag + ">";
     };
     if (state == "missing" || state == "rejected" || state == "compile_error") {
       const bool is_error = state == "compile_error";
@@ -312,7 +317,7 @@ std::string render_junit(const json& r) {
             testcase(cls, k.value("kind", ""), 0, element("error", c.value("reason", ""), k.value("note", ""), k.value("note", "")));
           } else {
             ++skipped;
-            testcase(cls, k.value("kind", ""), 0, "<skipped message=\"" + xml_escape(k.value("note", "")) + "\"/>");
+            testcase(cls, k.value("kind", ""), 0, "<skipped message=\"" + markup_escape(k.value("note", "")) + "\"/>");
           }
           continue;
         }
@@ -339,16 +344,16 @@ std::string render_junit(const json& r) {
       }
     }
     all_tests += tests, all_failures += failures, all_errors += errors, all_skipped += skipped, all_time += time;
-    suites << "  <testsuite name=\"" << xml_escape(slug) << "\" tests=\"" << tests << "\" failures=\"" << failures
+    suites << "  <testsuite name=\"" << markup_escape(slug) << "\" tests=\"" << tests << "\" failures=\"" << failures
            << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\"" << time << "\">\n"
            << "    <properties><property name=\"score\" value=\"" << format_points(c.value("score", 0.0))
            << "\"/><property name=\"max_score\" value=\"" << format_points(c.value("max_score", 0.0))
-           << "\"/><property name=\"state\" value=\"" << xml_escape(state) << "\"/></properties>\n"
+           << "\"/><property name=\"state\" value=\"" << markup_escape(state) << "\"/></properties>\n"
            << cases.str() << "  </testsuite>\n";
   }
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"workbook: "
-    << xml_escape(r.value("student", "")) << "\" tests=\"" << all_tests << "\" failures=\"" << all_failures
+    << markup_escape(r.value("student", "")) << "\" tests=\"" << all_tests << "\" failures=\"" << all_failures
     << "\" errors=\"" << all_errors << "\" skipped=\"" << all_skipped << "\" time=\"" << all_time << "\">\n"
     << suites.str() << "</testsuites>\n";
   return x.str();

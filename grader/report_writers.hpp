@@ -20,6 +20,5 @@ void write_reports(const nlohmann::json& report, const std::filesystem::path& di
 // student, chapter columns from the reports themselves.
 std::string render_gradebook_csv(const std::vector<nlohmann::json>& reports);
 std::string csv_field(const std::string& s);
-std::string xml_escape(const std::string& s);
 
 }  // namespace wb::grader

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "grader/archive.hpp"
+#include "grader/process.hpp"
 #include "grader/util.hpp"
 
 namespace wb::grader {
@@ -463,6 +464,27 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
   if (skipped_members.size() > 20)
     s.ignored.push_back("... and " + std::to_string(skipped_members.size() - 20) + " more archive member(s) not extracted");
   return s;
+}
+
+std::string check_committed_starters(const fs::path& source_dir) {
+  const fs::path git = find_program("git");
+  if (git.empty() || !fs::exists(source_dir / ".git"))
+    return "starters for missing files are taken from " + (source_dir / "chapters").string() +
+           " as it is (not a git checkout: it cannot be compared with the committed starters)";
+  ProcessSpec spec;
+  spec.argv = {git.string(), "-C", source_dir.string(), "status", "--porcelain", "--untracked-files=no", "--",
+               "chapters"};
+  spec.env = make_environment({{"LC_ALL", "C"}}, {"PATH", "HOME"});
+  spec.limits.timeout_s = 60;
+  const ProcessResult r = run_process(spec);
+  if (!r.ok())
+    return "could not compare chapters/ with the committed starters (git status " + r.describe(60) + ")";
+  const std::string changed = trim(r.output);
+  if (changed.empty()) return "";
+  throw InputError("the starters in " + (source_dir / "chapters").string() +
+                   " differ from the committed ones:\n" + clip_text(changed, 10, 800) +
+                   "\nA submission's missing files are filled with the starters, so grading now would fill "
+                   "them with these edits. Grade from a clean checkout (git stash, or a fresh clone).");
 }
 
 }  // namespace wb::grader

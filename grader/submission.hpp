@@ -61,6 +61,13 @@ PreparedSubmission prepare_submission(const std::filesystem::path& input,
                                       const std::vector<Chapter>& chapters, const SourceTrees& trees,
                                       const std::filesystem::path& work, const GradingLimits& limits);
 
+// A submission's missing editable files are filled from the instructor's chapters/ (the
+// starters). An instructor who solved the exercises in that clone would grade every missing
+// file with their own solution, so chapters/ must match the committed tree: InputError naming
+// the changed files when `git status` shows edits under chapters/. Returns "" when it
+// matches, or a note when `source_dir` is not a git checkout (nothing to compare against).
+std::string check_committed_starters(const std::filesystem::path& source_dir);
+
 // Static checks of one editable file (comments removed first). `forbidden_headers` are
 // file names that exist only among the tests (CPU references, harness helpers).
 std::vector<Flag> scan_source(const std::string& text, const std::string& chapter_id,
