@@ -19,6 +19,7 @@ void register_check(CLI::App& app) {
     bool no_build = false;
     bool correctness_only = false;
     bool verbose = false;
+    bool sanitize = false;
     std::string seed;
     std::string build_dir = WB_BINARY_DIR;
   };
@@ -29,6 +30,8 @@ void register_check(CLI::App& app) {
   cmd->add_flag("--no-build", args->no_build, "Run the tests without building first");
   cmd->add_flag("--correctness-only", args->correctness_only, "Skip the timing tests");
   cmd->add_flag("-v,--verbose", args->verbose, "Show every failing test, not just the first of each chapter");
+  cmd->add_flag("--sanitize", args->sanitize,
+                "Also run the correctness tests under compute-sanitizer memcheck and racecheck (errors name file:line)");
   cmd->add_option("--seed", args->seed, "Base seed of the random inputs (default: $WB_SEED, else fresh)");
   cmd->add_option("--build-dir", args->build_dir, "Build directory")->capture_default_str();
   cmd->callback([args] {
@@ -41,6 +44,7 @@ void register_check(CLI::App& app) {
       o.build = !args->no_build;
       o.correctness_only = args->correctness_only;
       o.verbose = args->verbose;
+      o.sanitize = args->sanitize;
       if (!args->seed.empty()) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(args->seed.c_str(), &end, 10);

@@ -1,10 +1,16 @@
 #include "grader/archive.hpp"
 
-#include <sys/stat.h>
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <unistd.h>
 
-#include <regex>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <set>
 
-#include "grader/process.hpp"
 #include "grader/util.hpp"
 
 namespace wb::grader {
@@ -43,52 +49,90 @@ void check_member_name(const std::string& name, const std::string& archive) {
   }
 }
 
-std::vector<ArchiveMember> parse_archive_listing(const std::string& listing, const std::string& archive) {
-  // libarchive's `tv` line: mode nlink owner group size day month time-or-year name
-  static const std::regex line_re(
-      R"(^([-dlhcbps?])[rwxsStT-]{9}\S*\s+[0-9]+\s+\S+\s+\S+\s+([0-9]+)\s+\S+\s+\S+\s+\S+ (.*)$)");
-  std::vector<ArchiveMember> members;
-  for (const auto& line : split_lines(listing)) {
-    if (line.empty()) continue;
-    std::smatch m;
-    if (!std::regex_match(line, m, line_re))
-      throw InputError("archive " + archive + " is refused: cannot read the member listing line '" +
-                       printable(line) + "' (a name with a newline, or an unusual member type)");
-    ArchiveMember a;
-    a.type = m[1].str()[0];
-    a.size = std::stoull(m[2]);
-    std::string name = m[3];
-    if (a.type == 'l') {
-      if (auto p = name.find(" -> "); p != std::string::npos) name = name.substr(0, p);
-    } else if (auto p = name.find(" link to "); p != std::string::npos) {
-      a.type = 'h';
-      name = name.substr(0, p);
-    }
-    a.name = name;
-    members.push_back(a);
-  }
-  return members;
-}
-
 namespace {
 
-fs::path cmake_program() {
-  fs::path p = find_program("cmake");
-  if (p.empty()) throw InputError("cannot read archives: `cmake` is not on PATH");
-  return p;
+// One libarchive reader over one file: zip and every tar flavour, any compression filter.
+class Reader {
+ public:
+  Reader(const fs::path& archive) : name_(archive.string()), a_(archive_read_new()) {
+    if (!a_) throw std::runtime_error("libarchive: out of memory");
+    archive_read_support_filter_all(a_);
+    archive_read_support_format_tar(a_);
+    archive_read_support_format_gnutar(a_);
+    archive_read_support_format_zip(a_);
+    if (archive_read_open_filename(a_, archive.c_str(), 64 * 1024) != ARCHIVE_OK) invalid();
+  }
+  ~Reader() { archive_read_free(a_); }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  // The next member's header; nullptr at the end. InputError for a damaged archive.
+  archive_entry* next() {
+    archive_entry* entry = nullptr;
+    const int r = archive_read_next_header(a_, &entry);
+    if (r == ARCHIVE_EOF) return nullptr;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) invalid();
+    return entry;
+  }
+  // Reads the current member's data into `out`, at most `limit` bytes; false when it has more.
+  bool read_data(int fd, std::uint64_t limit, const std::chrono::steady_clock::time_point deadline) {
+    std::uint64_t written = 0;
+    char buf[64 * 1024];
+    for (;;) {
+      const la_ssize_t n = archive_read_data(a_, buf, sizeof buf);
+      if (n == 0) return true;
+      if (n < 0) invalid();
+      written += static_cast<std::uint64_t>(n);
+      if (written > limit) return false;
+      if (std::chrono::steady_clock::now() > deadline)
+        throw InputError("archive " + name_ + " took too long to extract; nothing was kept");
+      for (la_ssize_t off = 0; off < n;) {
+        const ssize_t w = ::write(fd, buf + off, static_cast<std::size_t>(n - off));
+        if (w < 0) throw std::runtime_error("cannot write an extracted file: " + std::string(std::strerror(errno)));
+        off += w;
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void invalid() {
+    const char* why = archive_error_string(a_);
+    throw InputError("archive " + name_ + " is not a valid zip or tar archive" +
+                     (why && *why ? std::string(" (") + why + ")" : std::string()));
+  }
+  std::string name_;
+  archive* a_;
+};
+
+ArchiveMember member_of(archive_entry* entry) {
+  ArchiveMember m;
+  const char* name = archive_entry_pathname(entry);
+  m.name = name ? name : "";
+  m.size = archive_entry_size_is_set(entry) ? static_cast<std::uint64_t>(std::max<la_int64_t>(0, archive_entry_size(entry))) : 0;
+  if (archive_entry_hardlink(entry)) {
+    m.type = 'h';
+    return m;
+  }
+  switch (archive_entry_filetype(entry)) {
+    case AE_IFREG: m.type = '-'; break;
+    case AE_IFDIR: m.type = 'd'; break;
+    case AE_IFLNK: m.type = 'l'; break;
+    default: m.type = '?';
+  }
+  // Directory members end in '/'; their name is checked without it.
+  if (m.type == 'd' && m.name.size() > 1 && m.name.back() == '/') m.name.pop_back();
+  return m;
 }
 
-ProcessSpec tar_process(const std::vector<std::string>& args, const fs::path& cwd, const ArchiveLimits& limits) {
-  ProcessSpec spec;
-  spec.argv = {cmake_program().string(), "-E", "tar"};
-  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.env = make_environment({{"LC_ALL", "C"}, {"TZ", "UTC"}}, {"PATH", "HOME"});
-  spec.cwd = cwd;
-  spec.limits.timeout_s = limits.timeout_s;
-  spec.limits.file_size_bytes = limits.member_bytes + (1u << 20);
-  spec.limits.address_space_bytes = 4ull << 30;
-  spec.limits.output_bytes = 64u << 20;  // the listing itself
-  return spec;
+// Creates `dest`/`rel`'s parent directories (inside dest: names were checked) and the file
+// itself, refusing to follow or replace anything that is already there.
+int create_member_file(const fs::path& dest, const std::string& rel) {
+  const fs::path path = dest / rel;
+  fs::create_directories(path.parent_path());
+  if (!path_inside(path, dest)) throw std::runtime_error("member " + rel + " would land outside " + dest.string());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("cannot create " + path.string() + ": " + std::strerror(errno));
+  return fd;
 }
 
 }  // namespace
@@ -101,24 +145,24 @@ std::vector<ArchiveMember> list_archive(const fs::path& archive, const ArchiveLi
   if (size > limits.archive_bytes)
     throw InputError("archive " + archive.string() + " is " + std::to_string(size >> 20) +
                      " MB, more than the " + std::to_string(limits.archive_bytes >> 20) + " MB allowed");
-  const ProcessResult r =
-      run_process(tar_process({"tvf", fs::absolute(archive).string()}, fs::current_path(), limits));
-  if (!r.ok() || r.output_truncated)
-    throw InputError("cannot list archive " + archive.string() + " (" + r.describe(limits.timeout_s) +
-                     "): " + clip_text(trim(r.output), 5, 600));
-  // cmake prints its errors on the same stream; a clean listing has only member lines.
-  auto members = parse_archive_listing(r.output, archive.string());
-  if (members.size() > limits.members)
-    throw InputError("archive " + archive.string() + " has " + std::to_string(members.size()) +
-                     " members, more than the " + std::to_string(limits.members) + " allowed");
-  for (const auto& m : members) check_member_name(m.name, archive.string());
+  Reader reader(archive);
+  std::vector<ArchiveMember> members;
+  while (archive_entry* entry = reader.next()) {
+    if (members.size() == limits.members)
+      throw InputError("archive " + archive.string() + " has more than the " + std::to_string(limits.members) +
+                       " members allowed");
+    members.push_back(member_of(entry));
+    check_member_name(members.back().name, archive.string());
+  }
   return members;
 }
 
-ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ArchiveLimits& limits) {
-  const auto members = list_archive(archive, limits);
-  ExtractResult result;
-  std::vector<std::string> wanted;
+namespace {
+
+// Which members to extract: regular files within the size limits; the rest is noted.
+std::set<std::string> choose_members(const std::vector<ArchiveMember>& members, const ArchiveLimits& limits,
+                                     ExtractResult& result) {
+  std::set<std::string> wanted;
   std::uint64_t total = 0;
   for (const auto& m : members) {
     if (m.type == 'd') continue;
@@ -136,42 +180,68 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
       result.skipped.emplace_back(m.name, "over the archive's total size limit");
       continue;
     }
+    if (wanted.count(m.name)) {
+      result.skipped.emplace_back(m.name, "a second member with the same name (the first is kept)");
+      continue;
+    }
     total += m.size;
-    wanted.push_back(m.name);
+    wanted.insert(m.name);
   }
-  fs::create_directories(dest);
-  if (!fs::is_empty(dest)) throw std::runtime_error("extraction directory " + dest.string() + " is not empty");
-  if (wanted.empty()) return result;
+  return wanted;
+}
 
-  // The list of members to extract, outside `dest` (nothing but members lands there).
-  const fs::path list = dest.parent_path() / (dest.filename().string() + ".members");
-  std::string text;
-  for (const auto& w : wanted) text += (w.front() == '-' ? "--add-file=" + w : w) + "\n";
-  write_text_atomic(list, text);
-  const ProcessResult r = run_process(
-      tar_process({"xf", fs::absolute(archive).string(), "--files-from=" + list.string()}, dest, limits));
-  fs::remove(list);
-  if (!r.ok())
-    throw InputError("cannot extract archive " + archive.string() + " (" + r.describe(limits.timeout_s) +
-                     "): " + clip_text(trim(r.output), 5, 600));
-
-  // Trust only what is on disk: regular files and directories inside `dest`.
+// Trust only what is on disk: regular files and directories inside `dest`.
+void collect_extracted(const fs::path& dest, ExtractResult& result) {
   for (auto it = fs::recursive_directory_iterator(dest, fs::directory_options::none);
        it != fs::recursive_directory_iterator(); ++it) {
     const auto st = it->symlink_status();
     const std::string rel = it->path().lexically_relative(dest).generic_string();
-    if (fs::is_directory(st)) {
-      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add);
-      continue;
-    }
+    if (fs::is_directory(st)) continue;
     if (!fs::is_regular_file(st)) {
       fs::remove(it->path());
       result.skipped.emplace_back(rel, "not a regular file after extraction (removed)");
       continue;
     }
-    fs::permissions(it->path(), fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
     result.extracted.push_back(rel);
   }
+  std::sort(result.extracted.begin(), result.extracted.end());
+}
+
+}  // namespace
+
+ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ArchiveLimits& limits) {
+  const auto members = list_archive(archive, limits);  // every name checked before any write
+  ExtractResult result;
+  std::set<std::string> wanted = choose_members(members, limits, result);
+  fs::create_directories(dest);
+  if (!fs::is_empty(dest)) throw std::runtime_error("extraction directory " + dest.string() + " is not empty");
+  if (wanted.empty()) return result;
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                               std::chrono::duration<double>(limits.timeout_s));
+  Reader reader(archive);
+  while (archive_entry* entry = reader.next()) {
+    const ArchiveMember m = member_of(entry);
+    if (m.type != '-' || !wanted.count(m.name)) continue;
+    wanted.erase(m.name);  // a later member of the same name is not extracted over it
+    const int fd = create_member_file(dest, m.name);
+    bool fits = false;
+    try {
+      fits = reader.read_data(fd, limits.member_bytes, deadline);
+    } catch (...) {
+      ::close(fd);
+      fs::remove_all(dest);
+      fs::create_directories(dest);
+      throw;
+    }
+    ::close(fd);
+    if (!fits) {  // it said it was small and was not
+      fs::remove(dest / m.name);
+      result.skipped.emplace_back(m.name, "larger than its header says (over " +
+                                              std::to_string(limits.member_bytes >> 10) + " KB; removed)");
+    }
+  }
+  collect_extracted(dest, result);
   return result;
 }
 

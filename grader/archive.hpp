@@ -1,10 +1,11 @@
 #pragma once
-// Submissions packed as .zip or .tar(.gz|.bz2|.xz), read with libarchive through
-// `cmake -E tar` (CMake bundles libarchive, and every machine that builds the workbook has
-// CMake). Every member is checked before anything is written: an absolute name or a ".."
-// component rejects the whole archive; only regular files within the size limits are
-// extracted (links, devices and oversized members are listed and skipped), into an empty
-// directory, by a child process with a file-size limit and a time limit.
+// Submissions packed as .zip or .tar(.gz|.bz2|.xz), read with libarchive (in process; it
+// never writes anything itself). Every member is checked before anything is written: an
+// absolute name or a ".." component rejects the whole archive; only regular files within the
+// size limits are extracted (links, devices and oversized members are listed and skipped),
+// into an empty directory, each file created here with O_EXCL|O_NOFOLLOW, its bytes counted
+// as they are written (a member cannot be larger than it says), within a time limit.
+// Anything else is "not a valid zip or tar archive".
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -35,8 +36,6 @@ bool is_archive_path(const std::filesystem::path& path);
 // "alice.tar.gz" -> "alice"
 std::string archive_stem(const std::filesystem::path& path);
 
-// Parses `cmake -E tar tvf` output; InputError on a line it cannot read.
-std::vector<ArchiveMember> parse_archive_listing(const std::string& listing, const std::string& archive);
 // InputError for an absolute name, a ".." component, a backslash or a control character.
 void check_member_name(const std::string& name, const std::string& archive);
 

@@ -1,4 +1,5 @@
 #include "grader/check.hpp"
+#include "grader/sanitize.hpp"
 
 #include <algorithm>
 #include <ostream>
@@ -169,6 +170,38 @@ std::string render_scorecard(const std::vector<CheckedChapter>& chapters, const 
   return s.str();
 }
 
+namespace {
+
+// `check --sanitize`: the chapter's correctness tests again under each tool; the lines it
+// prints name the kernel and its file:line (-lineinfo). Full output in the scratch logs.
+std::string sanitize_chapter(const Chapter& chapter, const TestRun& gate, const TestRunOptions& gate_options,
+                             const fs::path& scratch, int& errors, std::ostream& progress) {
+  const std::string head = "  " + chapter.id + " " + chapter.title + ": ";
+  if (!gate.completed()) return head + "not run (the correctness tests did not finish)\n";
+  if (gate.all_skipped()) return head + "not run (no CUDA device on this machine)\n";
+  if (find_compute_sanitizer().empty())
+    return head + "not run: compute-sanitizer was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); "
+                  "it comes with the CUDA toolkit\n";
+  std::string text;
+  for (const std::string tool : {"memcheck", "racecheck"}) {
+    progress << "running " << chapter.binary("correctness") << " under compute-sanitizer " << tool << " ..."
+             << std::endl;
+    TestRunOptions t = gate_options;
+    t.limits.timeout_s = std::max(900.0, 10 * gate_options.limits.timeout_s);
+    const SanitizerResult r = run_sanitizer_tool(tool, t);
+    const fs::path log = scratch / (chapter.id + "-sanitizer-" + tool + ".log");
+    write_text_atomic(log, r.output);
+    text += head + tool + ": ";
+    if (!r.problem.empty()) text += "did not finish (" + r.problem + ")\n";
+    else if (r.errors == 0) text += "no errors\n";
+    else text += std::to_string(r.errors) + " error(s) (full output: " + log.string() + ")\n" + r.excerpt + "\n";
+    errors += r.errors;
+  }
+  return text;
+}
+
+}  // namespace
+
 int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) {
   const auto all = discover_chapters(o.source_dir);
   const auto selected = select_chapters(all, o.chapters);
@@ -194,6 +227,8 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
   const fs::path scratch = o.build_dir / "check";
   fs::create_directories(scratch);
   std::vector<CheckedChapter> results;
+  std::string sanitizer_report;
+  int sanitizer_errors = 0;
   for (const auto& chapter : selected) {
     CheckedChapter cc{chapter, {}, {}, ""};
     if (!configured.empty() &&
@@ -249,6 +284,7 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
       if (is_gate) {
         gate_passed = run.completed() && !run.cases.empty();
         for (const auto& cs : run.cases) gate_passed = gate_passed && (cs.status == "passed" || cs.skipped_optional());
+        if (o.sanitize) sanitizer_report += sanitize_chapter(chapter, run, t, scratch, sanitizer_errors, progress);
       }
       cc.runs.runs.push_back(std::move(run));
     }
@@ -256,7 +292,9 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
     results.push_back(cc);
   }
   out << render_scorecard(results, o);
-  return check_exit_code(results);
+  if (o.sanitize) out << "\ncompute-sanitizer (correctness tests):\n" << sanitizer_report;
+  const int code = check_exit_code(results);
+  return sanitizer_errors > 0 && code != 2 ? 1 : code;
 }
 
 }  // namespace wb::grader

@@ -20,6 +20,7 @@ struct CheckOptions {
   bool build = true;
   bool correctness_only = false;
   bool verbose = false;
+  bool sanitize = false;              // also run the correctness tests under compute-sanitizer
   std::optional<std::uint64_t> seed;
   bool color = false;
 };

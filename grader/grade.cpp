@@ -1,4 +1,5 @@
 #include "grader/grade.hpp"
+#include "grader/sanitize.hpp"
 
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -243,17 +244,7 @@ std::string first_error_line(const std::string& text) { return clip_text(trim(te
 json run_sanitizer(const fs::path& binary, const Chapter& c, const GradeOptions& o, const Workspace& ws,
                    const fs::path& logs) {
   json out = json::array();
-  std::vector<fs::path> extra;
-  if (const char* h = std::getenv("CUDA_HOME")) extra.emplace_back(fs::path(h) / "bin");
-  extra.emplace_back("/usr/local/cuda/bin");
-  const fs::path tool = find_program("compute-sanitizer", extra);
   for (const auto& name : o.rubric.sanitizer_tools) {
-    json s = {{"tool", name}, {"ran", false}, {"errors", 0}, {"excerpt", ""}, {"problem", ""}};
-    if (tool.empty()) {
-      s["problem"] = "compute-sanitizer was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)";
-      out.push_back(s);
-      continue;
-    }
     if (o.progress) o.progress(c.id + ": compute-sanitizer " + name);
     TestRunOptions t;
     t.binary = binary;
@@ -262,35 +253,12 @@ json run_sanitizer(const fs::path& binary, const Chapter& c, const GradeOptions&
     t.scratch = ws.scratch / "runs";
     t.seed = o.seed;
     t.gpu = o.gpu;
-    t.wrapper = {tool.string(), "--tool", name, "--error-exitcode", "86", "--print-limit", "20"};
-    if (name == "racecheck") t.wrapper.insert(t.wrapper.end(), {"--racecheck-report", "hazard"});
     t.limits.timeout_s = o.rubric.sanitizer_timeout_s;
     t.limits.file_size_bytes = static_cast<std::uint64_t>(o.rubric.limits.file_size_mb * (1 << 20));
     t.limits.output_bytes = 1u << 20;
-    const TestRun r = run_test_binary(t);
-    write_text_atomic(logs / (c.id + "-sanitizer-" + name + ".log"), r.output);
-    s["ran"] = r.outcome != "timeout" && r.outcome != "not_started";
-    // "ERROR SUMMARY: 3 errors" (memcheck, initcheck, synccheck);
-    // "RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)" (racecheck).
-    int errors = 0;
-    std::smatch m;
-    static const std::regex summary(R"(ERROR SUMMARY:\s*([0-9]+) error)");
-    static const std::regex race(R"(RACECHECK SUMMARY:.*\(([0-9]+) error)");
-    std::string text = r.output;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), summary); it != std::sregex_iterator(); ++it)
-      errors = std::max(errors, std::stoi((*it)[1]));
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), race); it != std::sregex_iterator(); ++it)
-      errors = std::max(errors, std::stoi((*it)[1]));
-    if (errors == 0 && r.exit_code == 86) errors = 1;
-    s["errors"] = errors;
-    if (errors > 0) {
-      std::vector<std::string> lines;
-      for (const auto& l : split_lines(text))
-        if (starts_with(l, "=========") && lines.size() < 25) lines.push_back(l);
-      s["excerpt"] = join(lines, "\n");
-    }
-    if (r.outcome == "timeout") s["problem"] = r.problem;
-    out.push_back(s);
+    const SanitizerResult r = run_sanitizer_tool(name, t);
+    if (r.ran || !r.output.empty()) write_text_atomic(logs / (c.id + "-sanitizer-" + name + ".log"), r.output);
+    out.push_back(r.to_json());
   }
   return out;
 }
