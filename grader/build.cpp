@@ -318,7 +318,7 @@ std::vector<Flag> check_student_objects(const BuildSettings& s, const Chapter& c
           const std::string file = fs::path(object).stem().string();  // softmax.cu
           std::string shown = dep.lexically_normal().lexically_relative(s.tree).generic_string();
           if (starts_with(shown, "..")) shown = dep.lexically_normal().string();
-          flags.push_back({chapter.id, file, 0, "calls_reference", "reject",
+          flags.push_back({chapter.id, file, 0, "calls_reference", Severity::reject,
                            "is compiled with " + shown +
                                ", which belongs to the tests (the CPU reference or the harness): "
                                "chapter code must compute the answer itself"});
@@ -362,7 +362,7 @@ std::vector<Flag> check_student_objects(const BuildSettings& s, const Chapter& c
       for (const auto& d : demangle(hits))
         if (!declared_by_api(unqualified(d), s.tree / "chapters" / chapter.slug)) forbidden.push_back(d);
       if (forbidden.empty()) continue;
-      flags.push_back({chapter.id, chapter.editable[i], 0, "calls_reference", "reject",
+      flags.push_back({chapter.id, chapter.editable[i], 0, "calls_reference", Severity::reject,
                        "calls code the tests provide (" + clip_text(join(forbidden, ", "), 3, 300) +
                            "): chapter code must compute the answer itself"});
       break;

@@ -29,7 +29,7 @@ std::string indent(const std::string& text, const std::string& prefix) {
 std::string counts(const ChapterRuns& runs) {
   std::vector<std::string> parts;
   for (const auto& run : runs.runs) {
-    if (run.outcome == "not_run") continue;
+    if (run.outcome == RunOutcome::not_run) continue;
     if (!run.completed()) {
       parts.push_back(run.kind + " did not finish");
       continue;
@@ -260,7 +260,7 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
       run.kind = kind;
       run.binary = chapter.binary(kind);
       if (!is_gate && (!gate_passed || o.correctness_only)) {
-        run.outcome = "not_run";
+        run.outcome = RunOutcome::not_run;
         run.problem = o.correctness_only ? "not run (--correctness-only)" : "not run: correctness first";
         cc.runs.runs.push_back(run);
         continue;
@@ -277,9 +277,9 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
       t.limits.output_bytes = 1u << 20;
       run = run_test_binary(t);
       write_text_atomic(scratch / (chapter.id + "-" + kind + ".log"), run.output);
-      if (run.outcome == "not_built")
+      if (run.outcome == RunOutcome::not_built)
         run.problem += " (run without --no-build, or build it: cmake --build " + o.build_dir.string() + ")";
-      if (!run.completed() && run.outcome != "not_built")
+      if (!run.completed() && run.outcome != RunOutcome::not_built)
         run.problem += "\n(full output: " + (scratch / (chapter.id + "-" + kind + ".log")).string() + ")";
       if (is_gate) {
         gate_passed = run.completed() && !run.cases.empty();

@@ -114,10 +114,10 @@ json score_chapter(const Chapter& chapter, const ChapterRuns& runs, const Verdic
     if (!judged) {
       k["status"] = "not_run";
       k["note"] = verdict.label;
-    } else if (!run || run->outcome == "not_run") {
+    } else if (!run || run->outcome == RunOutcome::not_run) {
       k["status"] = kind == gate ? "not_run" : "gated";
       k["note"] = run && !run->problem.empty() ? run->problem : "not run";
-    } else if (run->outcome == "not_gradable" || run->all_skipped()) {
+    } else if (run->outcome == RunOutcome::not_gradable || run->all_skipped()) {
       k["status"] = "not_gradable";
       k["note"] = "GPU tests could not run here (no CUDA device): skipped, not passed";
       k["run"] = run_summary(*run);
@@ -321,7 +321,7 @@ json grade_submission(const fs::path& submission, const std::string& student, co
       r.missing = true;
       r.missing_detail = "no file of this chapter in the submission (looked for " +
                          join(c.editable, ", ") + " under " +
-                         (sub.layout == "workbook" ? sub.prefix + "chapters/" : sub.prefix) + c.slug + "/)";
+                         (sub.layout == Layout::workbook ? sub.prefix + "chapters/" : sub.prefix) + c.slug + "/)";
     } else if (!sc.reject_reason.empty()) {
       r.rejected = true;
       r.reject_reason = sc.reject_reason;
@@ -365,7 +365,7 @@ json grade_submission(const fs::path& submission, const std::string& student, co
     write_text_atomic(logs / (c.id + "-build.log"), r.build.log);
     if (!r.build.ok) continue;
     for (auto& f : check_student_objects(bs, c, forbidden_dirs)) {
-      if (f.severity == "reject" && !r.rejected) {
+      if (f.severity == Severity::reject && !r.rejected) {
         r.rejected = true;
         r.reject_reason = f.code;
         r.reject_detail = f.file + " " + f.message;
@@ -387,13 +387,13 @@ json grade_submission(const fs::path& submission, const std::string& student, co
       run.binary = c.binary(kind);
       const bool is_gate = kind == kinds.front();
       if (!is_gate && !gate_passed && gate_not_gradable) {
-        run.outcome = "not_gradable";
+        run.outcome = RunOutcome::not_gradable;
         run.problem = "not gradable here: the " + kinds.front() + " tests could not run (" + o.no_gpu_reason + ")";
       } else if (!is_gate && !gate_passed) {
-        run.outcome = "not_run";
+        run.outcome = RunOutcome::not_run;
         run.problem = "not run: every " + kinds.front() + " test must pass first";
       } else if (test->gpu && !o.gpu_tests) {
-        run.outcome = "not_gradable";
+        run.outcome = RunOutcome::not_gradable;
         run.problem = "GPU tests could not run here (" + o.no_gpu_reason + "): not gradable here";
       } else {
         say(c.id + ": " + kind + " tests");
@@ -416,7 +416,7 @@ json grade_submission(const fs::path& submission, const std::string& student, co
       if (is_gate) {
         gate_passed = run.completed() && !run.cases.empty();
         for (const auto& cs : run.cases) gate_passed = gate_passed && (cs.status == "passed" || cs.skipped_optional());
-        gate_not_gradable = run.outcome == "not_gradable" || run.all_skipped();
+        gate_not_gradable = run.outcome == RunOutcome::not_gradable || run.all_skipped();
       }
       r.runs.push_back(std::move(run));
     }

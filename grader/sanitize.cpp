@@ -48,7 +48,7 @@ SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions t) {
   if (tool == "racecheck") t.wrapper.insert(t.wrapper.end(), {"--racecheck-report", "hazard"});
   const TestRun r = run_test_binary(t);
   s.output = r.output;
-  s.ran = r.outcome != "timeout" && r.outcome != "not_started";
+  s.ran = r.outcome != RunOutcome::timeout && r.outcome != RunOutcome::not_started;
   s.errors = sanitizer_error_count(r.output, r.exit_code);
   if (s.errors > 0) {
     std::vector<std::string> lines;
@@ -56,7 +56,7 @@ SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions t) {
       if (starts_with(l, "=========") && lines.size() < 25) lines.push_back(l);
     s.excerpt = join(lines, "\n");
   }
-  if (r.outcome == "timeout" || r.outcome == "not_started") s.problem = r.problem;
+  if (r.outcome == RunOutcome::timeout || r.outcome == RunOutcome::not_started) s.problem = r.problem;
   return s;
 }
 

@@ -75,7 +75,7 @@ std::string normalized_source(const std::string& text) {
 std::vector<Flag> scan_source(const std::string& text, const std::string& chapter_id,
                               const std::string& file, const std::vector<std::string>& forbidden_headers) {
   std::vector<Flag> flags;
-  auto add = [&](int line, const std::string& code, const std::string& severity, const std::string& message) {
+  auto add = [&](int line, const std::string& code, Severity severity, const std::string& message) {
     // One flag per code and file is enough to act on.
     for (const auto& f : flags)
       if (f.code == code) return;
@@ -86,40 +86,40 @@ std::vector<Flag> scan_source(const std::string& text, const std::string& chapte
     const auto lines = split_lines(text);
     for (std::size_t i = 0; i < lines.size(); ++i)
       if (lines[i].find(".incbin") != std::string::npos)
-        add(static_cast<int>(i + 1), "incbin", "reject",
+        add(static_cast<int>(i + 1), "incbin", Severity::reject,
             "uses the assembler's .incbin to pull another file into the build");
   }
   struct Rule {
     std::regex re;
     const char* code;
-    const char* severity;
+    Severity severity;
     const char* message;
   };
   static const std::vector<Rule> rules = [] {
     const auto R = [](const char* p) { return std::regex(p); };
     return std::vector<Rule>{
-        {R(R"(WB_TEST_REPORT|WB_REPORT_NONCE)"), "test_channel", "reject",
+        {R(R"(WB_TEST_REPORT|WB_REPORT_NONCE)"), "test_channel", Severity::reject,
          "touches the channel that carries test results to the grader (WB_TEST_REPORT/WB_REPORT_NONCE)"},
         {R(R"(\bdoctest\b|DOCTEST_|\bTEST_CASE\b|wb::testing|wb/testing\.hpp|\bmark_skipped\b|\brecord_metric\b)"),
-         "test_harness", "reject", "uses the test harness from chapter code (only tests may)"},
-        {R(R"(\bsetsid\s*\(|\bsetpgid\s*\(|\bdaemon\s*\(|\bptrace\s*\()"), "process_group", "reject",
+         "test_harness", Severity::reject, "uses the test harness from chapter code (only tests may)"},
+        {R(R"(\bsetsid\s*\(|\bsetpgid\s*\(|\bdaemon\s*\(|\bptrace\s*\()"), "process_group", Severity::reject,
          "leaves the grader's process group or traces processes"},
-        {R(R"(\bcupti\w*|CUPTI_|\bwb::ApiCounter\b|\bapi_totals\b)"), "instrumentation", "reject",
+        {R(R"(\bcupti\w*|CUPTI_|\bwb::ApiCounter\b|\bapi_totals\b)"), "instrumentation", Severity::reject,
          "uses CUPTI or the workbook's API counter, which the tests use to count CUDA calls"},
-        {R(R"(\b(getenv|secure_getenv|environ)\b)"), "reads_environment", "warning",
+        {R(R"(\b(getenv|secure_getenv|environ)\b)"), "reads_environment", Severity::warning,
          "reads environment variables (the grader's seed and channel live there)"},
-        {R(R"(\bWB_SEED\b)"), "reads_seed", "warning", "mentions WB_SEED, the grader's hidden seed"},
-        {R(R"(\b(_exit|_Exit|quick_exit|exit|abort|terminate)\s*\()"), "ends_process", "warning",
+        {R(R"(\bWB_SEED\b)"), "reads_seed", Severity::warning, "mentions WB_SEED, the grader's hidden seed"},
+        {R(R"(\b(_exit|_Exit|quick_exit|exit|abort|terminate)\s*\()"), "ends_process", Severity::warning,
          "ends the process itself; a test then cannot report what went wrong"},
         {R(R"(\b(system|popen|fork|vfork|execl|execlp|execle|execv|execvp|execve|posix_spawn|dlopen|dlsym)\s*\()"),
-         "starts_processes", "warning", "starts processes or loads code at run time"},
-        {R(R"(__attribute__\s*\(\(\s*constructor|\batexit\s*\(|\bat_quick_exit\s*\()"), "static_init", "warning",
+         "starts_processes", Severity::warning, "starts processes or loads code at run time"},
+        {R(R"(__attribute__\s*\(\(\s*constructor|\batexit\s*\(|\bat_quick_exit\s*\()"), "static_init", Severity::warning,
          "runs code before main or at exit"},
-        {R(R"(std::thread|std::jthread|std::async|pthread_create|#\s*pragma\s+omp)"), "cpu_threads", "warning",
+        {R(R"(std::thread|std::jthread|std::async|pthread_create|#\s*pragma\s+omp)"), "cpu_threads", Severity::warning,
          "starts CPU threads: the work is meant to run on the GPU"},
-        {R(R"(\b(fopen|freopen|ofstream|ifstream|fstream|open|creat|unlink|remove|rename)\s*[(<])"), "file_io", "warning",
+        {R(R"(\b(fopen|freopen|ofstream|ifstream|fstream|open|creat|unlink|remove|rename)\s*[(<])"), "file_io", Severity::warning,
          "reads or writes files"},
-        {R(R"(\bkill\s*\(|\braise\s*\(|\bsignal\s*\(|\bsigaction\b)"), "signals", "warning",
+        {R(R"(\bkill\s*\(|\braise\s*\(|\bsignal\s*\(|\bsigaction\b)"), "signals", Severity::warning,
          "sends or handles signals"},
     };
   }();
@@ -136,7 +136,7 @@ std::vector<Flag> scan_source(const std::string& text, const std::string& chapte
       const std::string target = trim(m[2].str());
       std::smatch t;
       if (!std::regex_search(target, t, quoted)) {
-        add(ln, "forbidden_include", "reject",
+        add(ln, "forbidden_include", Severity::reject,
             "#" + m[1].str() + " with a computed name (" + target + "): only literal includes are allowed");
         continue;
       }
@@ -145,15 +145,15 @@ std::vector<Flag> scan_source(const std::string& text, const std::string& chapte
       bool climbs = false;
       for (const auto& part : p) climbs = climbs || part == "..";
       if (p.is_absolute() || climbs || name.find("solutions") != std::string::npos) {
-        add(ln, "forbidden_include", "reject",
+        add(ln, "forbidden_include", Severity::reject,
             "#include \"" + name + "\" reaches outside the chapter (absolute path, '..' or solutions/)");
         continue;
       }
       if (m[1].str() == "embed")
-        add(ln, "forbidden_include", "reject", "#embed pulls another file into the build");
+        add(ln, "forbidden_include", Severity::reject, "#embed pulls another file into the build");
       const std::string base = p.filename().string();
       if (std::find(forbidden_headers.begin(), forbidden_headers.end(), base) != forbidden_headers.end())
-        add(ln, "calls_reference", "reject",
+        add(ln, "calls_reference", Severity::reject,
             "#include \"" + name + "\" is the tests' own code (the CPU reference or the harness): "
             "chapter code must compute the answer itself");
     }
@@ -198,8 +198,8 @@ Walked walk(const fs::path& root) {
 }
 
 // The submitted path of chapter `c`'s `file` under a layout and prefix.
-std::string located(const std::string& layout, const std::string& prefix, const Chapter& c, const std::string& file) {
-  return prefix + (layout == "workbook" ? "chapters/" : "") + c.slug + "/" + file;
+std::string located(Layout layout, const std::string& prefix, const Chapter& c, const std::string& file) {
+  return prefix + (layout == Layout::workbook ? "chapters/" : "") + c.slug + "/" + file;
 }
 
 bool same_content(const fs::path& a, const fs::path& b) {
@@ -238,7 +238,7 @@ void note_ignored(PreparedSubmission& s, const fs::path& root, const Walked& w,
     }
     // The pristine counterpart of this file, if the layout gives one.
     fs::path counterpart;
-    if (s.layout == "workbook") {
+    if (s.layout == Layout::workbook) {
       counterpart = pristine / inside;
     } else {
       for (const auto& c : chapters)
@@ -248,14 +248,14 @@ void note_ignored(PreparedSubmission& s, const fs::path& root, const Walked& w,
     const bool guarded = starts_with(inside, "tests/") || starts_with(inside, "lib/") ||
                          starts_with(inside, "cmake/") || starts_with(inside, "chapters/") ||
                          starts_with(inside, "grader/") || inside == "CMakeLists.txt" ||
-                         s.layout == "chapters";
+                         s.layout == Layout::chapters;
     if (!guarded) continue;
     if (fs::exists(counterpart)) {
       if (!same_content(root / rel, counterpart))
         add(rel + ": modified, ignored (tests, harness, headers and build files come from the "
                   "instructor's copy)");
     } else if (starts_with(inside, "tests/") || starts_with(inside, "lib/") ||
-               starts_with(inside, "chapters/") || s.layout == "chapters") {
+               starts_with(inside, "chapters/") || s.layout == Layout::chapters) {
       add(rel + ": not part of the workbook, ignored (only the editable files are taken)");
     }
   }
@@ -303,10 +303,11 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
   // Which layout and prefix hold the most editable files? chapters/<slug>/<file> (a copy
   // of the workbook) wins ties over <slug>/<file> (just the chapters); never solutions/.
   struct Candidate {
-    std::string layout, prefix;
+    Layout layout = Layout::workbook;
+    std::string prefix;
     int matches = 0;
   };
-  std::map<std::pair<std::string, std::string>, int> counts;
+  std::map<std::pair<Layout, std::string>, int> counts;
   std::set<std::string> present(w.files.begin(), w.files.end());
   present.insert(w.links.begin(), w.links.end());
   for (const auto& [name, why] : skipped_members) present.insert(name);
@@ -316,11 +317,11 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
         const std::string b_tail = c.slug + "/" + f;
         const std::string a_tail = "chapters/" + b_tail;
         if (rel == a_tail || ends_with(rel, "/" + a_tail))
-          ++counts[{"workbook", rel.substr(0, rel.size() - a_tail.size())}];
+          ++counts[{Layout::workbook, rel.substr(0, rel.size() - a_tail.size())}];
         if (rel == b_tail || ends_with(rel, "/" + b_tail)) {
           const std::string prefix = rel.substr(0, rel.size() - b_tail.size());
           if (!ends_with(prefix, "chapters/") && !ends_with(prefix, "solutions/") && prefix != "solutions/")
-            ++counts[{"chapters", prefix}];
+            ++counts[{Layout::chapters, prefix}];
         }
       }
     }
@@ -330,7 +331,7 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
     const Candidate c{key.first, key.second, n};
     auto depth = [](const std::string& p) { return std::count(p.begin(), p.end(), '/'); };
     const bool better = c.matches > best.matches ||
-                        (c.matches == best.matches && c.layout == "workbook" && best.layout != "workbook") ||
+                        (c.matches == best.matches && c.layout == Layout::workbook && best.layout != Layout::workbook) ||
                         (c.matches == best.matches && c.layout == best.layout && depth(c.prefix) < depth(best.prefix));
     if (best.matches == 0 || better) best = c;
   }
@@ -428,7 +429,7 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
         if (fs::exists(starter) && normalized_source(read_text_file(starter)) != norm) all_starter = false;
         const fs::path reference = trees.solutions / c.slug / f;
         if (!trees.solutions.empty() && fs::exists(reference) && normalized_source(read_text_file(reference)) == norm)
-          sc.flags.push_back({c.id, f, 0, "same_as_reference", "warning",
+          sc.flags.push_back({c.id, f, 0, "same_as_reference", Severity::warning,
                               "is identical to the reference solution (comments and spacing aside)"});
       } catch (const std::exception&) {
       }
@@ -436,7 +437,7 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
     sc.unchanged_starter = sc.present && all_starter && sc.reject_reason.empty();
     if (sc.present && sc.reject_reason.empty()) {
       for (const auto& flag : sc.flags) {
-        if (flag.severity == "reject") {
+        if (flag.severity == Severity::reject) {
           sc.reject_reason = flag.code;
           sc.reject_detail = flag.file + (flag.line ? ":" + std::to_string(flag.line) : "") + " " + flag.message;
           break;

@@ -15,6 +15,15 @@
 
 namespace wb::grader {
 
+// How much a flag counts: reject (the chapter scores 0) or warning (reported only).
+enum class Severity { reject, warning };
+NLOHMANN_JSON_SERIALIZE_ENUM(Severity, {{Severity::reject, "reject"}, {Severity::warning, "warning"}})
+
+// Where a submission keeps the editable files: a copy of the workbook
+// (chapters/<slug>/<file>) or just the chapters (<slug>/<file>).
+enum class Layout { workbook, chapters };
+NLOHMANN_JSON_SERIALIZE_ENUM(Layout, {{Layout::workbook, "workbook"}, {Layout::chapters, "chapters"}})
+
 struct Flag {
   std::string chapter_id;
   std::string file;
@@ -22,7 +31,7 @@ struct Flag {
   std::string code;      // forbidden_include, incbin, test_channel, test_harness, process_group,
                          // reads_environment, ends_process, starts_processes, cpu_threads,
                          // file_io, static_init, same_as_reference, calls_reference, ...
-  std::string severity;  // "reject" (the chapter scores 0) or "warning" (reported only)
+  Severity severity = Severity::warning;
   std::string message;
   nlohmann::json to_json() const;
 };
@@ -41,7 +50,7 @@ struct SubmittedChapter {
 struct PreparedSubmission {
   std::filesystem::path input;
   bool archive = false;
-  std::string layout;        // "workbook" (chapters/<slug>/<file>) or "chapters" (<slug>/<file>)
+  Layout layout = Layout::workbook;
   std::string prefix;        // where that layout starts inside the submission
   std::map<std::string, SubmittedChapter> chapters;
   std::vector<std::string> ignored;  // notable ignored files, with why

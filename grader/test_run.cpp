@@ -40,7 +40,7 @@ TestRun TestRun::from_json(const json& j) {
   TestRun r;
   r.kind = j.value("kind", "");
   r.binary = j.value("binary", "");
-  r.outcome = j.value("outcome", "not_run");
+  r.outcome = j.value("outcome", RunOutcome::not_run);
   r.problem = j.value("problem", "");
   r.exit_code = j.value("exit_code", -1);
   r.signal = j.value("signal", 0);
@@ -107,7 +107,7 @@ std::optional<DoctestSummary> parse_doctest_summary(const std::string& output) {
 
 namespace {
 
-void fail(TestRun& run, const std::string& outcome, const std::string& problem) {
+void fail(TestRun& run, RunOutcome outcome, const std::string& problem) {
   run.outcome = outcome;
   run.problem = problem;
   run.cases.clear();
@@ -159,23 +159,23 @@ TestRun interpret_test_run(const std::string& kind, const ProcessResult& process
   if (expect.seed) run.seed = *expect.seed;
 
   if (!process.started) {
-    fail(run, "not_started", "the test binary could not be started: " + process.start_error);
+    fail(run, RunOutcome::not_started, "the test binary could not be started: " + process.start_error);
     return run;
   }
   if (process.timed_out) {
-    fail(run, "timeout", run.binary + " " + process.describe(run.timeout_s));
+    fail(run, RunOutcome::timeout, run.binary + " " + process.describe(run.timeout_s));
     return run;
   }
   if (process.memory_exceeded) {
-    fail(run, "memory", run.binary + " used more host memory than allowed and was stopped");
+    fail(run, RunOutcome::memory, run.binary + " used more host memory than allowed and was stopped");
     return run;
   }
   if (process.signal) {
-    fail(run, "crashed", run.binary + " crashed: " + process.describe());
+    fail(run, RunOutcome::crashed, run.binary + " crashed: " + process.describe());
     return run;
   }
   if (!report_text) {
-    fail(run, "no_report",
+    fail(run, RunOutcome::no_report,
          run.binary + " " + process.describe() +
              " without writing its test report: the process ended before its tests finished "
              "(exit() or abort() called from the code under test, or a crash at startup)");
@@ -185,11 +185,11 @@ TestRun interpret_test_run(const std::string& kind, const ProcessResult& process
   try {
     report = json::parse(*report_text);
   } catch (const std::exception& e) {
-    fail(run, "invalid_report", "the test report is not valid JSON: " + std::string(e.what()));
+    fail(run, RunOutcome::invalid_report, "the test report is not valid JSON: " + std::string(e.what()));
     return run;
   }
   if (const std::string problem = validate_report(report, expect); !problem.empty()) {
-    fail(run, "invalid_report", problem);
+    fail(run, RunOutcome::invalid_report, problem);
     return run;
   }
   if (report.contains("seed") && report["seed"].is_number_unsigned()) run.seed = report["seed"];
@@ -218,7 +218,7 @@ TestRun interpret_test_run(const std::string& kind, const ProcessResult& process
   // failed, 77 everything skipped).
   const int expected_exit = (total > 0 && skipped == total) ? 77 : (failed + todo > 0 ? 1 : 0);
   if (process.exit_code != expected_exit) {
-    fail(run, "invalid_report",
+    fail(run, RunOutcome::invalid_report,
          run.binary + " exited with code " + std::to_string(process.exit_code) +
              " but its report implies " + std::to_string(expected_exit) +
              ": the process was ended by the code under test, or the report was tampered with");
@@ -231,20 +231,20 @@ TestRun interpret_test_run(const std::string& kind, const ProcessResult& process
     if (process.output_truncated)
       run.warnings.push_back("doctest's summary line was not found (output was cut)");
     else {
-      fail(run, "invalid_report",
+      fail(run, RunOutcome::invalid_report,
            run.binary + " did not finish its test run normally (doctest's summary line is "
                         "missing): the code under test ended the process early");
       return run;
     }
   } else if (summary->total != total || summary->failed != failed + todo) {
-    fail(run, "invalid_report",
+    fail(run, RunOutcome::invalid_report,
          "the test report (" + std::to_string(total) + " tests, " + std::to_string(failed + todo) +
              " failed or to do) disagrees with doctest's own summary (" +
              std::to_string(summary->total) + " tests, " + std::to_string(summary->failed) +
              " failed)");
     return run;
   }
-  run.outcome = "completed";
+  run.outcome = RunOutcome::completed;
   return run;
 }
 
@@ -254,7 +254,7 @@ TestRun run_test_binary(const TestRunOptions& o) {
     TestRun run;
     run.kind = o.kind;
     run.binary = binary_name;
-    fail(run, "not_built", binary_name + " was not built");
+    fail(run, RunOutcome::not_built, binary_name + " was not built");
     return run;
   }
   // A private directory per run: the report path inside is unpredictable and only this
@@ -305,7 +305,7 @@ TestRun run_test_binary(const TestRunOptions& o) {
   ReportExpectations expect{binary_name, o.chapter_id, nonce, o.seed};
   TestRun run = interpret_test_run(o.kind, process, text, expect);
   run.timeout_s = o.limits.timeout_s;
-  if (run.outcome == "timeout") run.problem = binary_name + " " + process.describe(o.limits.timeout_s);
+  if (run.outcome == RunOutcome::timeout) run.problem = binary_name + " " + process.describe(o.limits.timeout_s);
   fs::remove_all(run_dir, ec);
   return run;
 }

@@ -38,12 +38,27 @@ struct CaseResult {
   bool skipped_optional() const { return status == "skipped" && !skipped_no_device(); }
 };
 
+// How a test binary's run ended. completed: a valid report was read (its cases say the
+// rest); not_gradable: GPU tests that could not run on this machine.
+enum class RunOutcome { not_run, completed, not_built, not_started, timeout, crashed, memory, no_report,
+                        invalid_report, not_gradable };
+NLOHMANN_JSON_SERIALIZE_ENUM(RunOutcome, {{RunOutcome::not_run, "not_run"},
+                                          {RunOutcome::completed, "completed"},
+                                          {RunOutcome::not_built, "not_built"},
+                                          {RunOutcome::not_started, "not_started"},
+                                          {RunOutcome::timeout, "timeout"},
+                                          {RunOutcome::crashed, "crashed"},
+                                          {RunOutcome::memory, "memory"},
+                                          {RunOutcome::no_report, "no_report"},
+                                          {RunOutcome::invalid_report, "invalid_report"},
+                                          {RunOutcome::not_gradable, "not_gradable"}})
+
 struct TestRun {
   std::string kind;
   std::string binary;
   // completed: a valid report was read (its cases say the rest)
   // not_built | not_run | not_started | timeout | crashed | memory | no_report | invalid_report
-  std::string outcome = "not_run";
+  RunOutcome outcome = RunOutcome::not_run;
   std::string problem;  // what went wrong, for every outcome but completed
   int exit_code = -1;
   int signal = 0;
@@ -55,7 +70,7 @@ struct TestRun {
   std::vector<CaseResult> cases;
   std::vector<std::string> warnings;
 
-  bool completed() const { return outcome == "completed"; }
+  bool completed() const { return outcome == RunOutcome::completed; }
   bool all_skipped() const;   // completed, and every case skipped for lack of a CUDA device
   nlohmann::json to_json() const;
   static TestRun from_json(const nlohmann::json& j);

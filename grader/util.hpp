@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace wb::grader {
@@ -15,6 +16,14 @@ using nlohmann::json;
 
 // Thrown for input the grader refuses (a bad submission, rubric, roster or option). The
 // message says what was wrong and where; the CLI prints it and exits with code 2.
+// The JSON name of one of the grader's enums (each has one NLOHMANN_JSON_SERIALIZE_ENUM
+// mapping beside its definition): "reject", "workbook", "timeout"...
+template <typename Enum>
+  requires std::is_enum_v<Enum>
+std::string to_string(Enum e) {
+  return nlohmann::json(e).get<std::string>();
+}
+
 class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -93,12 +93,12 @@ void from_case(Verdict& v, const TestRun& run, const CaseResult& c) {
 }
 
 void from_run_problem(Verdict& v, const TestRun& run) {
-  v.reason = run.outcome;
+  v.reason = to_string(run.outcome);
   v.message = run.problem;
   const std::string tail = tail_lines(run.output, 12);
-  if (!tail.empty() && run.outcome != "not_built" && run.outcome != "not_run")
+  if (!tail.empty() && run.outcome != RunOutcome::not_built && run.outcome != RunOutcome::not_run)
     v.message += "\nlast output:\n" + tail;
-  v.hint = default_hint(run.outcome, &run);
+  v.hint = default_hint(to_string(run.outcome), &run);
   v.kind = run.kind;
 }
 
@@ -133,7 +133,7 @@ Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
   std::vector<const TestRun*> gate_runs, other_runs;
   for (const auto& run : r.runs) (run.kind == gate ? gate_runs : other_runs).push_back(&run);
   for (const TestRun* run : gate_runs) {
-    if (run->outcome == "not_gradable" || run->all_skipped()) {
+    if (run->outcome == RunOutcome::not_gradable || run->all_skipped()) {
       gradable = false;
       continue;
     }
@@ -188,7 +188,7 @@ Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
   Verdict v = make("passing_correctness");
   v.complete = true;
   for (const TestRun* run : other_runs) {
-    if (run->outcome == "not_gradable" || run->all_skipped()) {
+    if (run->outcome == RunOutcome::not_gradable || run->all_skipped()) {
       v.complete = false;
       v.gradable = false;
       if (v.message.empty()) {

@@ -22,7 +22,7 @@ Chapter chapter(const std::string& id, const std::string& title) {
 TestRun run(const std::string& kind, std::vector<std::pair<std::string, std::string>> cases) {
   TestRun r;
   r.kind = kind;
-  r.outcome = "completed";
+  r.outcome = RunOutcome::completed;
   r.seed = 99;
   for (auto& [name, status] : cases) {
     CaseResult c;

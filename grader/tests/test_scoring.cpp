@@ -4,6 +4,7 @@
 
 #include "grader/grade.hpp"
 #include "grader/rubric.hpp"
+#include "grader/util.hpp"
 #include "grader/verdict.hpp"
 
 using namespace wb::grader;
@@ -26,7 +27,7 @@ TestRun completed(const std::string& kind, std::vector<std::pair<std::string, st
   TestRun r;
   r.kind = kind;
   r.binary = "test_07_" + kind + "_student";
-  r.outcome = "completed";
+  r.outcome = RunOutcome::completed;
   r.seed = 5;
   for (auto& [name, status] : cases) {
     CaseResult c;
@@ -41,11 +42,11 @@ TestRun completed(const std::string& kind, std::vector<std::pair<std::string, st
   return r;
 }
 
-TestRun not_run(const std::string& kind, const std::string& outcome = "not_run") {
+TestRun not_run(const std::string& kind, RunOutcome outcome = RunOutcome::not_run) {
   TestRun r;
   r.kind = kind;
   r.outcome = outcome;
-  r.problem = outcome == "not_run" ? "not run: every correctness test must pass first" : "skipped";
+  r.problem = outcome == RunOutcome::not_run ? "not run: every correctness test must pass first" : "skipped";
   return r;
 }
 
@@ -136,15 +137,16 @@ TEST_CASE("weights and pass marks shape the timing points") {
 }
 
 TEST_CASE("a crash, a hang or an untrusted report costs the chapter, with the reason") {
-  for (const std::string outcome : {"crashed", "timeout", "no_report", "invalid_report", "memory"}) {
+  for (const RunOutcome outcome : {RunOutcome::crashed, RunOutcome::timeout, RunOutcome::no_report,
+                                   RunOutcome::invalid_report, RunOutcome::memory}) {
     CAPTURE(outcome);
     ChapterRuns runs;
     TestRun r = not_run("correctness", outcome);
-    r.problem = "test_07_correctness_student: " + outcome;
+    r.problem = "test_07_correctness_student: " + to_string(outcome);
     runs.runs = {r, not_run("timing")};
     const Verdict v = judge_chapter(chapter(), runs);
     CHECK(v.state == "failing");
-    CHECK(v.reason == outcome);
+    CHECK(v.reason == to_string(outcome));
     CHECK_FALSE(v.hint.empty());
     const json s = score(runs);
     CHECK(s["score"] == 0);
@@ -177,7 +179,7 @@ TEST_CASE("compile errors, rejections and missing chapters score zero with their
 
 TEST_CASE("no GPU: not gradable, never passing") {
   ChapterRuns runs;
-  runs.runs = {completed("correctness", {{"a", "skipped"}, {"b", "skipped"}}), not_run("timing", "not_gradable")};
+  runs.runs = {completed("correctness", {{"a", "skipped"}, {"b", "skipped"}}), not_run("timing", RunOutcome::not_gradable)};
   const Verdict v = judge_chapter(chapter(), runs);
   CHECK(v.state == "not_gradable");
   CHECK_FALSE(v.gradable);
