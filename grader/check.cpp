@@ -85,7 +85,7 @@ int check_exit_code(const std::vector<CheckedChapter>& chapters) {
   bool not_gradable = false;
   for (const auto& c : chapters) {
     if (!c.not_configured.empty()) return 1;
-    if (c.verdict.state == "not_gradable" || (!c.verdict.gradable && c.verdict.state == "passing_correctness")) {
+    if (c.verdict.state == ChapterState::not_gradable || (!c.verdict.gradable && c.verdict.state == ChapterState::passing_correctness)) {
       not_gradable = true;
       continue;
     }
@@ -102,7 +102,7 @@ std::string render_scorecard(const std::vector<CheckedChapter>& chapters, const 
   int passing = 0, failing = 0, todo = 0, skipped = 0;
   for (const auto& c : chapters) {
     const Verdict& v = c.verdict;
-    std::string state = c.not_configured.empty() ? v.state : "not_configured";
+    std::string state = c.not_configured.empty() ? to_string(v.state) : "not_configured";
     std::string label = c.not_configured.empty() ? v.label : "not in this build";
     if (state == "not_gradable") label = "skipped: no GPU";
     std::string title = c.chapter.title + " ";

@@ -99,7 +99,7 @@ json score_chapter(const Chapter& chapter, const ChapterRuns& runs, const Verdic
   const auto kinds = chapter.kinds();
   const std::string gate = kinds.empty() ? "correctness" : kinds.front();
   const auto& cr = rubric.for_chapter(chapter.id);
-  const bool judged = verdict.state != "missing" && verdict.state != "rejected" && verdict.state != "compile_error";
+  const bool judged = verdict.state != ChapterState::missing && verdict.state != ChapterState::rejected && verdict.state != ChapterState::compile_error;
 
   bool gate_complete = false;
   json out_kinds = json::array();
@@ -179,11 +179,11 @@ namespace {
 // A timing test can pass its own threshold and still miss a stricter pass mark of the
 // rubric: the chapter then reads "passing correctness", with the mark that was missed.
 Verdict apply_pass_marks(Verdict v, const json& score) {
-  if (v.state != "passing_timing") return v;
+  if (v.state != ChapterState::passing_timing) return v;
   for (const auto& k : score["kinds"]) {
     for (const auto& t : k.value("tests", json::array())) {
       if (t.value("reason", "") != "below_pass_mark") continue;
-      v.state = "passing_correctness";
+      v.state = ChapterState::passing_correctness;
       v.label = state_label(v.state);
       v.complete = false;
       v.reason = "below_pass_mark";

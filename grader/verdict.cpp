@@ -21,17 +21,19 @@ BuildOutcome BuildOutcome::from_json(const json& j) {
   return b;
 }
 
-std::string state_label(const std::string& state) {
-  if (state == "missing") return "not submitted";
-  if (state == "rejected") return "rejected";
-  if (state == "compile_error") return "compile error";
-  if (state == "not_gradable") return "not gradable here";
-  if (state == "todo") return "to do";
-  if (state == "in_progress") return "in progress";
-  if (state == "failing") return "failing";
-  if (state == "passing_correctness") return "passing correctness";
-  if (state == "passing_timing") return "passing timing";
-  return state;
+std::string state_label(ChapterState state) {
+  switch (state) {
+    case ChapterState::missing: return "not submitted";
+    case ChapterState::rejected: return "rejected";
+    case ChapterState::compile_error: return "compile error";
+    case ChapterState::not_gradable: return "not gradable here";
+    case ChapterState::todo: return "to do";
+    case ChapterState::in_progress: return "in progress";
+    case ChapterState::failing: return "failing";
+    case ChapterState::passing_correctness: return "passing correctness";
+    case ChapterState::passing_timing: return "passing timing";
+  }
+  return "unknown";
 }
 
 std::string default_hint(const std::string& reason, const TestRun* run) {
@@ -70,7 +72,7 @@ std::string default_hint(const std::string& reason, const TestRun* run) {
 
 namespace {
 
-Verdict make(const std::string& state) {
+Verdict make(ChapterState state) {
   Verdict v;
   v.state = state;
   v.label = state_label(state);
@@ -106,19 +108,19 @@ void from_run_problem(Verdict& v, const TestRun& run) {
 
 Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
   if (r.missing) {
-    Verdict v = make("missing");
+    Verdict v = make(ChapterState::missing);
     v.reason = "missing";
     v.message = r.missing_detail;
     return v;
   }
   if (r.rejected) {
-    Verdict v = make("rejected");
+    Verdict v = make(ChapterState::rejected);
     v.reason = r.reject_reason;
     v.message = r.reject_detail;
     return v;
   }
   if (r.build.attempted && !r.build.ok) {
-    Verdict v = make("compile_error");
+    Verdict v = make(ChapterState::compile_error);
     v.reason = r.build.timed_out ? "build_timeout" : "compile_error";
     v.message = r.build.excerpt;
     v.hint = default_hint(v.reason);
@@ -138,7 +140,7 @@ Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
       continue;
     }
     if (!run->completed()) {
-      Verdict v = make("failing");
+      Verdict v = make(ChapterState::failing);
       from_run_problem(v, *run);
       return v;
     }
@@ -164,19 +166,19 @@ Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
   }
   if (skipped > 0) gradable = false;
   if (failed > 0) {
-    Verdict v = make("failing");
+    Verdict v = make(ChapterState::failing);
     from_case(v, *failed_run, *first_failed);
     v.gradable = gradable;
     return v;
   }
   if (todo > 0) {
-    Verdict v = make(passed == 0 ? "todo" : "in_progress");
+    Verdict v = make(passed == 0 ? ChapterState::todo : ChapterState::in_progress);
     from_case(v, *todo_run, *first_todo);
     v.gradable = gradable;
     return v;
   }
   if (!gradable || gate_runs.empty() || passed == 0) {
-    Verdict v = make(gradable ? "failing" : "not_gradable");
+    Verdict v = make(gradable ? ChapterState::failing : ChapterState::not_gradable);
     v.gradable = gradable;
     v.reason = gradable ? "no_tests" : "not_gradable";
     v.message = gradable ? "no " + gate + " test ran for this chapter"
@@ -185,7 +187,7 @@ Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
   }
 
   // Correctness passes; the other kinds (timing) decide the rest.
-  Verdict v = make("passing_correctness");
+  Verdict v = make(ChapterState::passing_correctness);
   v.complete = true;
   for (const TestRun* run : other_runs) {
     if (run->outcome == RunOutcome::not_gradable || run->all_skipped()) {
@@ -213,7 +215,7 @@ Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& r) {
       if (c.skipped_no_device()) v.complete = false, v.gradable = false;
   }
   if (v.complete && !other_runs.empty()) {
-    v.state = "passing_timing";
+    v.state = ChapterState::passing_timing;
     v.label = state_label(v.state);
   }
   return v;

@@ -34,10 +34,21 @@ struct ChapterRuns {
   std::vector<TestRun> runs;    // in run order; runs that did not happen say why
 };
 
+// Where a chapter stands, worst first after the three that stop it before any test.
+enum class ChapterState { missing, rejected, compile_error, not_gradable, todo, in_progress, failing,
+                          passing_correctness, passing_timing };
+NLOHMANN_JSON_SERIALIZE_ENUM(ChapterState, {{ChapterState::missing, "missing"},
+                                            {ChapterState::rejected, "rejected"},
+                                            {ChapterState::compile_error, "compile_error"},
+                                            {ChapterState::not_gradable, "not_gradable"},
+                                            {ChapterState::todo, "todo"},
+                                            {ChapterState::in_progress, "in_progress"},
+                                            {ChapterState::failing, "failing"},
+                                            {ChapterState::passing_correctness, "passing_correctness"},
+                                            {ChapterState::passing_timing, "passing_timing"}})
+
 struct Verdict {
-  // missing | rejected | compile_error | not_gradable | todo | in_progress | failing |
-  // passing_correctness | passing_timing
-  std::string state;
+  ChapterState state = ChapterState::missing;
   std::string label;    // the words the scorecard prints
   std::string reason;   // code of the first problem (docs/report-schema.md)
   std::string message;  // the first problem, as the student should read it
@@ -49,7 +60,7 @@ struct Verdict {
 };
 
 Verdict judge_chapter(const Chapter& chapter, const ChapterRuns& runs);
-std::string state_label(const std::string& state);
+std::string state_label(ChapterState state);
 // A hint for a reason when the test's own message carries none.
 std::string default_hint(const std::string& reason, const TestRun* run = nullptr);
 
