@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -293,35 +294,38 @@ json ungradable_report(const fs::path& submission, const std::string& student,
   return sum_report(report);
 }
 
-json grade_submission(const fs::path& submission, const std::string& student, const std::vector<Chapter>& all,
-                      const GradeOptions& o, const Workspace& ws, const fs::path& logs) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
+namespace {
+
+// What grading found per chapter, filled phase by phase.
+struct Findings {
+  std::map<std::string, ChapterRuns> runs;
+  std::map<std::string, std::vector<Flag>> flags;
+  std::map<std::string, json> sanitizer;
+};
+
+using Say = std::function<void(const std::string&)>;
+
+std::vector<Chapter> chapters_to_grade(const std::vector<Chapter>& all, const GradeOptions& o) {
   std::vector<Chapter> chapters;
   for (const auto& c : all)
     if (o.only_chapters.empty() || std::find(o.only_chapters.begin(), o.only_chapters.end(), c.id) != o.only_chapters.end())
       chapters.push_back(c);
-  fs::create_directories(ws.scratch);
+  return chapters;
+}
 
-  say("reading the submission");
-  const PreparedSubmission sub = prepare_submission(
-      submission, chapters, {ws.tree, o.source_dir / "solutions"}, ws.scratch, o.rubric.limits);
-  fs::create_directories(logs);  // only for a submission that could be read
-
-  std::map<std::string, ChapterRuns> runs;
-  std::map<std::string, std::vector<Flag>> flags;
+// Phase 1: which chapters are missing, rejected before building, or to be built.
+std::vector<std::string> sort_submitted(const std::vector<Chapter>& chapters, const PreparedSubmission& sub,
+                                        Findings& f) {
   std::vector<std::string> to_build;
   for (const auto& c : chapters) {
     const SubmittedChapter& sc = sub.chapters.at(c.id);
-    ChapterRuns& r = runs[c.id];
-    flags[c.id] = sc.flags;
+    ChapterRuns& r = f.runs[c.id];
+    f.flags[c.id] = sc.flags;
     if (!sc.present) {
       r.missing = true;
-      r.missing_detail = "no file of this chapter in the submission (looked for " +
-                         join(c.editable, ", ") + " under " +
-                         (sub.layout == Layout::workbook ? sub.prefix + "chapters/" : sub.prefix) + c.slug + "/)";
+      r.missing_detail = "no file of this chapter in the submission (looked for " + join(c.editable, ", ") +
+                         " under " + (sub.layout == Layout::workbook ? sub.prefix + "chapters/" : sub.prefix) +
+                         c.slug + "/)";
     } else if (!sc.reject_reason.empty()) {
       r.rejected = true;
       r.reject_reason = sc.reject_reason;
@@ -330,7 +334,10 @@ json grade_submission(const fs::path& submission, const std::string& student, co
       to_build.push_back(c.id);
     }
   }
+  return to_build;
+}
 
+BuildSettings build_settings(const Workspace& ws, const PreparedSubmission& sub, const GradeOptions& o) {
   BuildSettings bs;
   bs.tree = ws.tree;
   bs.build_dir = ws.build;
@@ -339,92 +346,107 @@ json grade_submission(const fs::path& submission, const std::string& student, co
   bs.cuda_architectures = o.cuda_architectures;
   bs.jobs = o.build_jobs;
   bs.timeout_s = o.rubric.limits.build_timeout_s;
-  if (!to_build.empty()) {
-    say("configuring");
-    remove_student_binaries(ws.build);
-    const ProcessResult conf = configure_student_build(bs, to_build);
-    write_text_atomic(logs / "configure.log", printable(conf.output));
-    if (!conf.ok())
-      throw std::runtime_error("the pristine workbook did not configure (" + conf.describe(bs.timeout_s) +
-                               "); see " + (logs / "configure.log").string() + ":\n" +
-                               tail_lines(printable(conf.output), 15));
-  }
+  return bs;
+}
+
+// Phase 2: configure the pristine tree for the chapters to build. Failing to configure is
+// the grader's problem, not the student's: a runtime_error, reported as a grader error.
+void configure(const BuildSettings& bs, const std::vector<std::string>& to_build, const fs::path& logs,
+               const Say& say) {
+  if (to_build.empty()) return;
+  say("configuring");
+  remove_student_binaries(bs.build_dir);
+  const ProcessResult conf = configure_student_build(bs, to_build);
+  write_text_atomic(logs / "configure.log", printable(conf.output));
+  if (!conf.ok())
+    throw std::runtime_error("the pristine workbook did not configure (" + conf.describe(bs.timeout_s) + "); see " +
+                             (logs / "configure.log").string() + ":\n" + tail_lines(printable(conf.output), 15));
+}
+
+// Phase 3: build each chapter on its own and check its objects.
+void build_chapters(const std::vector<Chapter>& chapters, const BuildSettings& bs, const GradeOptions& o,
+                    const fs::path& logs, Findings& f, const Say& say) {
   // What chapter code may not be compiled with: the tests (CPU references, harness), the
   // grader, the solutions; in the grading tree and in the instructor's own tree (an absolute
   // #include). The grading tree itself may live inside the instructor's tree (--out there).
   std::vector<fs::path> forbidden_dirs;
   for (const char* part : {"tests", "grader", "solutions"}) {
-    forbidden_dirs.push_back(ws.tree / part);
+    forbidden_dirs.push_back(bs.tree / part);
     forbidden_dirs.push_back(o.source_dir / part);
   }
   for (const auto& c : chapters) {
-    ChapterRuns& r = runs[c.id];
+    ChapterRuns& r = f.runs[c.id];
     if (r.missing || r.rejected) continue;
     say(c.id + ": building");
     r.build = build_chapter(bs, c);
     write_text_atomic(logs / (c.id + "-build.log"), r.build.log);
     if (!r.build.ok) continue;
-    for (auto& f : check_student_objects(bs, c, forbidden_dirs)) {
-      if (f.severity == Severity::reject && !r.rejected) {
+    for (auto& flag : check_student_objects(bs, c, forbidden_dirs)) {
+      if (flag.severity == Severity::reject && !r.rejected) {
         r.rejected = true;
-        r.reject_reason = f.code;
-        r.reject_detail = f.file + " " + f.message;
+        r.reject_reason = flag.code;
+        r.reject_detail = flag.file + " " + flag.message;
       }
-      flags[c.id].push_back(f);
+      f.flags[c.id].push_back(flag);
     }
   }
+}
 
-  std::map<std::string, json> sanitizer;
-  for (const auto& c : chapters) {
-    ChapterRuns& r = runs[c.id];
-    if (r.missing || r.rejected || !r.build.ok) continue;
-    const auto kinds = c.kinds();
-    bool gate_passed = false, gate_not_gradable = false;
-    for (const auto& kind : kinds) {
-      const ChapterTest* test = c.test_of_kind(kind);
-      TestRun run;
-      run.kind = kind;
-      run.binary = c.binary(kind);
-      const bool is_gate = kind == kinds.front();
-      if (!is_gate && !gate_passed && gate_not_gradable) {
-        run.outcome = RunOutcome::not_gradable;
-        run.problem = "not gradable here: the " + kinds.front() + " tests could not run (" + o.no_gpu_reason + ")";
-      } else if (!is_gate && !gate_passed) {
-        run.outcome = RunOutcome::not_run;
-        run.problem = "not run: every " + kinds.front() + " test must pass first";
-      } else if (test->gpu && !o.gpu_tests) {
-        run.outcome = RunOutcome::not_gradable;
-        run.problem = "GPU tests could not run here (" + o.no_gpu_reason + "): not gradable here";
-      } else {
-        say(c.id + ": " + kind + " tests");
-        TestRunOptions t;
-        t.binary = ws.build / "bin" / c.binary(kind);
-        t.chapter_id = c.id;
-        t.kind = kind;
-        t.scratch = ws.scratch / "runs";
-        t.seed = o.seed;
-        t.gpu = o.gpu;
-        const double timeout = o.timeout_override_s > 0 ? o.timeout_override_s : o.rubric.timeout_s(c.id, *test);
-        t.limits.timeout_s = timeout;
-        t.limits.cpu_s = timeout * std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 8u) + 60;
-        t.limits.file_size_bytes = static_cast<std::uint64_t>(o.rubric.limits.file_size_mb * (1 << 20));
-        t.limits.memory_bytes = static_cast<std::uint64_t>(o.rubric.limits.test_memory_gb * (1ull << 30));
-        t.limits.output_bytes = static_cast<std::size_t>(o.rubric.limits.output_kb * 1024);
-        run = run_test_binary(t);
-        write_text_atomic(logs / (c.id + "-" + kind + ".log"), run.output);
-      }
-      if (is_gate) {
-        gate_passed = run.completed() && !run.cases.empty();
-        for (const auto& cs : run.cases) gate_passed = gate_passed && (cs.status == "passed" || cs.skipped_optional());
-        gate_not_gradable = run.outcome == RunOutcome::not_gradable || run.all_skipped();
-      }
-      r.runs.push_back(std::move(run));
+TestRunOptions test_options(const Chapter& c, const std::string& kind, const ChapterTest& test, const GradeOptions& o,
+                            const Workspace& ws) {
+  TestRunOptions t;
+  t.binary = ws.build / "bin" / c.binary(kind);
+  t.chapter_id = c.id;
+  t.kind = kind;
+  t.scratch = ws.scratch / "runs";
+  t.seed = o.seed;
+  t.gpu = o.gpu;
+  const double timeout = o.timeout_override_s > 0 ? o.timeout_override_s : o.rubric.timeout_s(c.id, test);
+  t.limits.timeout_s = timeout;
+  t.limits.cpu_s = timeout * std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 8u) + 60;
+  t.limits.file_size_bytes = static_cast<std::uint64_t>(o.rubric.limits.file_size_mb * (1 << 20));
+  t.limits.memory_bytes = static_cast<std::uint64_t>(o.rubric.limits.test_memory_gb * (1ull << 30));
+  t.limits.output_bytes = static_cast<std::size_t>(o.rubric.limits.output_kb * 1024);
+  return t;
+}
+
+// Phase 4: a built chapter's tests, gate (correctness) first; the rest only when it passed.
+void run_chapter_tests(const Chapter& c, const GradeOptions& o, const Workspace& ws, const fs::path& logs,
+                       ChapterRuns& r, const Say& say) {
+  const auto kinds = c.kinds();
+  bool gate_passed = false, gate_not_gradable = false;
+  for (const auto& kind : kinds) {
+    const ChapterTest* test = c.test_of_kind(kind);
+    TestRun run;
+    run.kind = kind;
+    run.binary = c.binary(kind);
+    const bool is_gate = kind == kinds.front();
+    if (!is_gate && !gate_passed && gate_not_gradable) {
+      run.outcome = RunOutcome::not_gradable;
+      run.problem = "not gradable here: the " + kinds.front() + " tests could not run (" + o.no_gpu_reason + ")";
+    } else if (!is_gate && !gate_passed) {
+      run.outcome = RunOutcome::not_run;
+      run.problem = "not run: every " + kinds.front() + " test must pass first";
+    } else if (test->gpu && !o.gpu_tests) {
+      run.outcome = RunOutcome::not_gradable;
+      run.problem = "GPU tests could not run here (" + o.no_gpu_reason + "): not gradable here";
+    } else {
+      say(c.id + ": " + kind + " tests");
+      run = run_test_binary(test_options(c, kind, *test, o, ws));
+      write_text_atomic(logs / (c.id + "-" + kind + ".log"), run.output);
     }
-    if (o.sanitize && o.gpu_tests) {
-      sanitizer[c.id] = run_sanitizer(ws.build / "bin" / c.binary(kinds.front()), c, o, ws, logs);
+    if (is_gate) {
+      gate_passed = run.completed() && !run.cases.empty();
+      for (const auto& cs : run.cases) gate_passed = gate_passed && (cs.status == "passed" || cs.skipped_optional());
+      gate_not_gradable = run.outcome == RunOutcome::not_gradable || run.all_skipped();
     }
+    r.runs.push_back(std::move(run));
   }
+}
 
+// Phase 5: the report: verdict, score, files, flags, build and sanitizer per chapter.
+json assemble_report(const std::string& student, const std::vector<Chapter>& chapters, const PreparedSubmission& sub,
+                     Findings& f, const GradeOptions& o) {
   json report = {{"schema", kReportSchema},
                  {"student", student},
                  {"status", "graded"},
@@ -444,22 +466,54 @@ json grade_submission(const fs::path& submission, const std::string& student, co
   report["submission"] = submission_json;
   std::string device;
   for (const auto& c : chapters) {
-    const ChapterRuns& r = runs[c.id];
+    const ChapterRuns& r = f.runs[c.id];
     for (const auto& run : r.runs)
       if (device.empty() && !run.device.empty()) device = run.device;
     const Verdict v = judge_chapter(c, r);
-    const json san = sanitizer.count(c.id) ? sanitizer[c.id] : json();
+    const json san = f.sanitizer.count(c.id) ? f.sanitizer[c.id] : json();
     json cj = chapter_json(c, v, score_chapter(c, r, v, o.rubric, san));
     const SubmittedChapter& sc = sub.chapters.at(c.id);
     cj["files"] = {{"taken", sc.taken}, {"from_starter", sc.from_starter}, {"unchanged_starter", sc.unchanged_starter}};
     json fl = json::array();
-    for (const auto& f : flags[c.id]) fl.push_back(f.to_json());
+    for (const auto& flag : f.flags[c.id]) fl.push_back(flag.to_json());
     cj["flags"] = fl;
     cj["build"] = r.build.to_json();
     cj["sanitizer"] = san.is_null() ? json::array() : san;
     report["chapters"].push_back(cj);
   }
   report["grader"]["device"] = device.empty() ? json(nullptr) : json(device);
+  return report;
+}
+
+}  // namespace
+
+json grade_submission(const fs::path& submission, const std::string& student, const std::vector<Chapter>& all,
+                      const GradeOptions& o, const Workspace& ws, const fs::path& logs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Say say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  const std::vector<Chapter> chapters = chapters_to_grade(all, o);
+  fs::create_directories(ws.scratch);
+
+  say("reading the submission");
+  const PreparedSubmission sub = prepare_submission(
+      submission, chapters, {ws.tree, o.source_dir / "solutions"}, ws.scratch, o.rubric.limits);
+  fs::create_directories(logs);  // only for a submission that could be read
+
+  Findings f;
+  const std::vector<std::string> to_build = sort_submitted(chapters, sub, f);
+  const BuildSettings bs = build_settings(ws, sub, o);
+  configure(bs, to_build, logs, say);
+  build_chapters(chapters, bs, o, logs, f, say);
+  for (const auto& c : chapters) {
+    ChapterRuns& r = f.runs[c.id];
+    if (r.missing || r.rejected || !r.build.ok) continue;
+    run_chapter_tests(c, o, ws, logs, r, say);
+    if (o.sanitize && o.gpu_tests)
+      f.sanitizer[c.id] = run_sanitizer(ws.build / "bin" / c.binary(c.kinds().front()), c, o, ws, logs);
+  }
+  json report = assemble_report(student, chapters, sub, f, o);
   report["duration_s"] = round2(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return sum_report(report);
 }

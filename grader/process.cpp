@@ -168,129 +168,116 @@ std::string ProcessResult::describe(double timeout_s) const {
   return "exited with code " + std::to_string(exit_code);
 }
 
-ProcessResult run_process(const ProcessSpec& spec) {
-  ProcessResult result;
-  if (spec.argv.empty()) {
-    result.start_error = "no command";
-    return result;
-  }
-  // Everything the child needs is prepared before fork: between fork and exec only
-  // async-signal-safe calls are allowed (the grader is multithreaded).
-  std::vector<char*> argv, envp;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const std::string cwd = spec.cwd.string();
-  const ProcessLimits lim = spec.limits;
-  const rlim_t cpu = lim.cpu_s > 0 ? static_cast<rlim_t>(lim.cpu_s + 1) : 0;
+namespace {
 
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    result.start_error = std::string("pipe: ") + std::strerror(errno);
-    return result;
-  }
-  if (spec.inherit_output) std::fflush(nullptr);  // what we printed comes before the child's
-  const pid_t parent = ::getpid();
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    result.start_error = std::string("fork: ") + std::strerror(errno);
-    ::close(out_pipe[0]), ::close(out_pipe[1]), ::close(err_pipe[0]), ::close(err_pipe[1]);
-    return result;
-  }
-  if (pid == 0) {
-    // Child: own process group; dies with the grader; limits; output into the pipe.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    if (!spec.inherit_output) {
-      ::dup2(out_pipe[1], 1);
-      ::dup2(out_pipe[1], 2);
+// Everything the child needs, prepared before fork: between fork and exec only
+// async-signal-safe calls are allowed (the grader is multithreaded).
+struct ChildPlan {
+  std::vector<char*> argv, envp;
+  std::string cwd;
+  ProcessLimits limits;
+  rlim_t cpu = 0;
+  bool inherit_output = false;
+  int out_fd = -1;     // the output pipe's write end
+  int report_fd = -1;  // the exec-error pipe's write end
+};
+
+ChildPlan plan_child(const ProcessSpec& spec) {
+  ChildPlan c;
+  for (const auto& a : spec.argv) c.argv.push_back(const_cast<char*>(a.c_str()));
+  c.argv.push_back(nullptr);
+  for (const auto& e : spec.env) c.envp.push_back(const_cast<char*>(e.c_str()));
+  c.envp.push_back(nullptr);
+  c.cwd = spec.cwd.string();
+  c.limits = spec.limits;
+  c.cpu = c.limits.cpu_s > 0 ? static_cast<rlim_t>(c.limits.cpu_s + 1) : 0;
+  c.inherit_output = spec.inherit_output;
+  return c;
+}
+
+// execve does not search PATH: try each directory of the child's own PATH.
+void exec_on_path(const ChildPlan& c) {
+  char* const* argv = c.argv.data();
+  char* const* envp = c.envp.data();
+  if (std::strchr(argv[0], '/') != nullptr) return;
+  const char* path = nullptr;
+  for (char* const* e = envp; *e; ++e)
+    if (std::strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  if (!path) return;
+  char candidate[4096];
+  const char* p = path;
+  while (*p) {
+    const char* colon = std::strchr(p, ':');
+    const std::size_t len = colon ? static_cast<std::size_t>(colon - p) : std::strlen(p);
+    const std::size_t name_len = std::strlen(argv[0]);
+    if (len > 0 && len + name_len + 2 < sizeof candidate) {
+      std::memcpy(candidate, p, len);
+      candidate[len] = '/';
+      std::memcpy(candidate + len + 1, argv[0], name_len + 1);
+      ::execve(candidate, argv, envp);
     }
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    const int report_fd = err_pipe[1];
-    if (report_fd != 3) {
-      ::dup2(report_fd, 3);  // keep the exec-error pipe at fd 3, close the rest
-    }
-    ::fcntl(3, F_SETFD, FD_CLOEXEC);
-    // close_range from 4: fd 3 is the exec-error pipe (closed on exec).
+    if (!colon) break;
+    p = colon + 1;
+  }
+}
+
+// In the child: own process group; dies with the grader; limits; output into the pipe; exec.
+[[noreturn]] void become_child(const ChildPlan& c, pid_t parent) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  if (!c.inherit_output) {
+    ::dup2(c.out_fd, 1);
+    ::dup2(c.out_fd, 2);
+  }
+  const int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  if (c.report_fd != 3) ::dup2(c.report_fd, 3);  // keep the exec-error pipe at fd 3, close the rest
+  ::fcntl(3, F_SETFD, FD_CLOEXEC);
+  // close_range from 4: fd 3 is the exec-error pipe (closed on exec).
 #ifdef SYS_close_range
-    if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0)
+  if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0)
 #endif
-      for (int fd = 4; fd < 4096; ++fd) ::close(fd);
-    for (int s = 1; s < 32; ++s) ::signal(s, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    set_limit(RLIMIT_CORE, 0);
-    if (cpu) set_limit(RLIMIT_CPU, cpu);
-    if (lim.file_size_bytes) set_limit(RLIMIT_FSIZE, lim.file_size_bytes);
-    if (lim.address_space_bytes) set_limit(RLIMIT_AS, lim.address_space_bytes);
-    if (lim.open_files) set_limit(RLIMIT_NOFILE, lim.open_files);
-    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
-      const int e = errno;
-      [[maybe_unused]] auto w = ::write(3, &e, sizeof e);
-      ::_exit(127);
-    }
-    ::execve(argv[0], argv.data(), envp.data());
-    // execve does not search PATH: try the PATH of the child's environment.
-    if (std::strchr(argv[0], '/') == nullptr) {
-      const char* path = nullptr;
-      for (char** e = envp.data(); *e; ++e)
-        if (std::strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
-      if (path) {
-        char candidate[4096];
-        const char* p = path;
-        while (*p) {
-          const char* colon = std::strchr(p, ':');
-          const std::size_t len = colon ? static_cast<std::size_t>(colon - p) : std::strlen(p);
-          const std::size_t name_len = std::strlen(argv[0]);
-          if (len > 0 && len + name_len + 2 < sizeof candidate) {
-            std::memcpy(candidate, p, len);
-            candidate[len] = '/';
-            std::memcpy(candidate + len + 1, argv[0], name_len + 1);
-            ::execve(candidate, argv.data(), envp.data());
-          }
-          if (!colon) break;
-          p = colon + 1;
-        }
-      }
-    }
+    for (int fd = 4; fd < 4096; ++fd) ::close(fd);
+  for (int s = 1; s < 32; ++s) ::signal(s, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  set_limit(RLIMIT_CORE, 0);
+  if (c.cpu) set_limit(RLIMIT_CPU, c.cpu);
+  if (c.limits.file_size_bytes) set_limit(RLIMIT_FSIZE, c.limits.file_size_bytes);
+  if (c.limits.address_space_bytes) set_limit(RLIMIT_AS, c.limits.address_space_bytes);
+  if (c.limits.open_files) set_limit(RLIMIT_NOFILE, c.limits.open_files);
+  if (!c.cwd.empty() && ::chdir(c.cwd.c_str()) != 0) {
     const int e = errno;
     [[maybe_unused]] auto w = ::write(3, &e, sizeof e);
     ::_exit(127);
   }
+  ::execve(c.argv[0], c.argv.data(), c.envp.data());
+  exec_on_path(c);
+  const int e = errno;
+  [[maybe_unused]] auto w = ::write(3, &e, sizeof e);
+  ::_exit(127);
+}
 
-  // Parent.
-  ::setpgid(pid, pid);  // also here: no race with the child's own call
-  register_group(pid);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  result.started = true;
+using SteadyClock = std::chrono::steady_clock;
 
-  OutputCapture capture(lim.output_bytes);
-  LineSplitter lines(spec.on_line);
-  auto take = [&](const char* data, std::size_t n) {
-    capture.add(data, n);
-    lines.add(data, n);
-  };
-  ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
-  bool exited = false, out_open = true;
+// In the parent: reads the output as it comes, enforces the time and memory limits, and
+// returns the child's wait status once it has exited.
+int supervise(pid_t pid, int out_fd, const ProcessLimits& lim, SteadyClock::time_point t0,
+              const std::function<void(const char*, std::size_t)>& take, ProcessResult& result, bool& out_open) {
+  ::fcntl(out_fd, F_SETFL, O_NONBLOCK);
   int status = 0;
   double term_sent_at = -1;
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  auto elapsed = [&] { return std::chrono::duration<double>(SteadyClock::now() - t0).count(); };
   double next_memory_check = 0.2;
   char buf[65536];
-  while (!exited) {
+  for (;;) {
     if (out_open) {
-      pollfd pfd{out_pipe[0], POLLIN, 0};
+      pollfd pfd{out_fd, POLLIN, 0};
       ::poll(&pfd, 1, 50);
       for (;;) {
-        const ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
+        const ssize_t n = ::read(out_fd, buf, sizeof buf);
         if (n > 0) {
           take(buf, static_cast<std::size_t>(n));
           continue;
@@ -301,11 +288,7 @@ ProcessResult run_process(const ProcessSpec& spec) {
     } else {
       ::usleep(20000);
     }
-    const pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) {
-      exited = true;
-      break;
-    }
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
     const double now = elapsed();
     if (term_sent_at < 0) {
       if (lim.timeout_s > 0 && now > lim.timeout_s) {
@@ -325,16 +308,65 @@ ProcessResult run_process(const ProcessSpec& spec) {
     }
     if (g_interrupted.load()) ::kill(-pid, SIGKILL);
   }
-  // The child is gone; anything it left in its group goes too, then the pipe drains.
-  ::kill(-pid, SIGKILL);
-  unregister_group(pid);
-  const double end_drain = elapsed() + 0.5;
-  while (out_open && elapsed() < end_drain) {
-    const ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
+}
+
+// What is left in the pipe once the child is gone (a grandchild may still hold it: briefly).
+void drain(int out_fd, bool& out_open, const std::function<void(const char*, std::size_t)>& take) {
+  const auto until = SteadyClock::now() + std::chrono::milliseconds(500);
+  char buf[65536];
+  while (out_open && SteadyClock::now() < until) {
+    const ssize_t n = ::read(out_fd, buf, sizeof buf);
     if (n > 0) take(buf, static_cast<std::size_t>(n));
     else if (n == 0) out_open = false;
     else ::usleep(10000);
   }
+}
+
+}  // namespace
+
+ProcessResult run_process(const ProcessSpec& spec) {
+  ProcessResult result;
+  if (spec.argv.empty()) {
+    result.start_error = "no command";
+    return result;
+  }
+  ChildPlan plan = plan_child(spec);
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    result.start_error = std::string("pipe: ") + std::strerror(errno);
+    return result;
+  }
+  plan.out_fd = out_pipe[1];
+  plan.report_fd = err_pipe[1];
+  if (spec.inherit_output) std::fflush(nullptr);  // what we printed comes before the child's
+  const pid_t parent = ::getpid();
+  const auto t0 = SteadyClock::now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    result.start_error = std::string("fork: ") + std::strerror(errno);
+    ::close(out_pipe[0]), ::close(out_pipe[1]), ::close(err_pipe[0]), ::close(err_pipe[1]);
+    return result;
+  }
+  if (pid == 0) become_child(plan, parent);
+
+  ::setpgid(pid, pid);  // also here: no race with the child's own call
+  register_group(pid);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  result.started = true;
+
+  OutputCapture capture(spec.limits.output_bytes);
+  LineSplitter lines(spec.on_line);
+  const std::function<void(const char*, std::size_t)> take = [&](const char* data, std::size_t n) {
+    capture.add(data, n);
+    lines.add(data, n);
+  };
+  bool out_open = true;
+  const int status = supervise(pid, out_pipe[0], spec.limits, t0, take, result, out_open);
+  // The child is gone; anything it left in its group goes too, then the pipe drains.
+  ::kill(-pid, SIGKILL);
+  unregister_group(pid);
+  drain(out_pipe[0], out_open, take);
   ::close(out_pipe[0]);
   lines.finish();
   int exec_errno = 0;
@@ -344,7 +376,7 @@ ProcessResult run_process(const ProcessSpec& spec) {
   }
   ::close(err_pipe[0]);
 
-  result.seconds = elapsed();
+  result.seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   // A group killed because of the time or memory limit: report the limit, not the signal.
