@@ -266,40 +266,47 @@ void note_ignored(PreparedSubmission& s, const fs::path& root, const Walked& w,
 
 }  // namespace
 
-PreparedSubmission prepare_submission(const fs::path& input, const std::vector<Chapter>& chapters,
-                                      const SourceTrees& trees, const fs::path& work,
-                                      const GradingLimits& limits) {
-  PreparedSubmission s;
-  s.input = input;
+namespace {
+
+// Phase 1: the submission as a directory tree: itself, or its archive extracted into `work`.
+struct Opened {
+  fs::path root;
+  bool archive = false;
+  std::vector<std::pair<std::string, std::string>> skipped_members;  // member, why not extracted
+};
+
+Opened open_submission(const fs::path& input, const fs::path& work, const GradingLimits& limits) {
+  Opened o;
   std::error_code ec;
   const auto st = fs::symlink_status(input, ec);
   if (ec || !fs::exists(st)) throw InputError("submission not found: " + input.string());
-  fs::path root = input;
-  std::vector<std::pair<std::string, std::string>> skipped_members;
+  o.root = input;
   if (fs::is_regular_file(fs::status(input))) {
     if (!is_archive_path(input))
       throw InputError("submission " + input.string() +
                        " is a file but not an archive (.zip, .tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)");
-    s.archive = true;
+    o.archive = true;
     ArchiveLimits al;
     al.archive_bytes = static_cast<std::uint64_t>(limits.archive_mb * (1 << 20));
     al.member_bytes = static_cast<std::uint64_t>(limits.archive_member_mb * (1 << 20));
     al.total_bytes = al.archive_bytes;
     al.members = static_cast<std::size_t>(limits.archive_members);
-    root = work / "extracted";
-    fs::remove_all(root);
-    const ExtractResult ex = extract_archive(input, root, al);
-    skipped_members = ex.skipped;
+    o.root = work / "extracted";
+    fs::remove_all(o.root);
+    const ExtractResult ex = extract_archive(input, o.root, al);
+    o.skipped_members = ex.skipped;
     if (ex.extracted.empty() && ex.skipped.empty())
       throw InputError("submission archive " + input.string() + " is empty");
   } else if (!fs::is_directory(fs::status(input))) {
     throw InputError("submission " + input.string() + " is neither a directory nor an archive");
   }
+  return o;
+}
 
-  const Walked w = walk(root);
-  if (w.files.empty() && w.links.empty())
-    throw InputError("submission " + input.string() + " is empty: no files in it");
-
+// Phase 2: where the editable files are (layout and prefix); InputError when nowhere.
+void find_layout(PreparedSubmission& s, const fs::path& input, const Walked& w, const Opened& opened,
+                 const std::vector<Chapter>& chapters, std::set<std::string>& present) {
+  const auto& skipped_members = opened.skipped_members;
   // Which layout and prefix hold the most editable files? chapters/<slug>/<file> (a copy
   // of the workbook) wins ties over <slug>/<file> (just the chapters); never solutions/.
   struct Candidate {
@@ -308,7 +315,7 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
     int matches = 0;
   };
   std::map<std::pair<Layout, std::string>, int> counts;
-  std::set<std::string> present(w.files.begin(), w.files.end());
+  present.insert(w.files.begin(), w.files.end());
   present.insert(w.links.begin(), w.links.end());
   for (const auto& [name, why] : skipped_members) present.insert(name);
   for (const auto& rel : present) {
@@ -345,15 +352,16 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
   }
   s.layout = best.layout;
   s.prefix = best.prefix;
+}
 
-  // The student root is reused from one submission to the next (same paths, so a build
-  // directory's objects can be reused): a file is rewritten only when its content changes,
-  // and whatever the last submission left that this one does not have is removed.
-  s.student_root = work / "student";
-  fs::create_directories(s.student_root);
-  std::set<std::string> written;
-  auto put = [&](const fs::path& dst, const std::string& text) {
-    written.insert(dst.lexically_relative(s.student_root).generic_string());
+// The student root is reused from one submission to the next (same paths, so a build
+// directory's objects can be reused): a file is rewritten only when its content changes,
+// and whatever the last submission left that this one does not have is removed.
+class StudentRoot {
+ public:
+  explicit StudentRoot(fs::path root) : root_(std::move(root)) { fs::create_directories(root_); }
+  void put(const fs::path& dst, const std::string& text) {
+    written_.insert(dst.lexically_relative(root_).generic_string());
     std::error_code ec;
     if (fs::is_regular_file(fs::symlink_status(dst, ec))) {
       try {
@@ -362,108 +370,152 @@ PreparedSubmission prepare_submission(const fs::path& input, const std::vector<C
       }
     }
     write_text_atomic(dst, text);
-  };
-  const auto max_bytes = static_cast<std::uintmax_t>(limits.editable_file_kb * 1024);
-  for (const auto& c : chapters) {
-    SubmittedChapter sc;
-    sc.id = c.id;
-    // Headers that exist only among the tests: chapter code may not include them.
-    std::vector<std::string> forbidden;
-    std::error_code ec2;
-    for (const auto& e : fs::directory_iterator(trees.pristine / "tests" / c.slug, ec2)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && !fs::exists(trees.pristine / "chapters" / c.slug / name)) forbidden.push_back(name);
-    }
-    bool all_starter = true;
-    for (const auto& f : c.editable) {
-      const std::string rel = located(s.layout, s.prefix, c, f);
-      const fs::path src = root / rel;
-      const fs::path starter = trees.pristine / "chapters" / c.slug / f;
-      const fs::path dst = s.student_root / c.slug / f;
-      fs::create_directories(dst.parent_path());
-      auto skipped = std::find_if(skipped_members.begin(), skipped_members.end(),
-                                  [&](const auto& p) { return p.first == rel; });
-      if (w.links.count(rel)) {
-        sc.reject_reason = "bad_file";
-        sc.reject_detail = rel + " is a symbolic link: submit the file itself";
-        sc.present = true;
-        continue;
-      }
-      if (skipped != skipped_members.end()) {
-        sc.reject_reason = "bad_file";
-        sc.reject_detail = rel + " was not extracted from the archive: " + skipped->second;
-        sc.present = true;
-        continue;
-      }
-      if (!present.count(rel)) {
-        sc.from_starter.push_back(f);
-        continue;
-      }
-      sc.present = true;
-      const auto size = fs::file_size(src, ec2);
-      if (ec2 || size > max_bytes) {
-        sc.reject_reason = "bad_file";
-        sc.reject_detail = rel + (ec2 ? " cannot be read: " + ec2.message()
-                                      : " is " + std::to_string(size / 1024) + " KB, more than the " +
-                                            std::to_string(max_bytes / 1024) + " KB an editable file may have");
-        continue;
-      }
-      std::string text;
-      try {
-        text = read_text_file(src, max_bytes);
-      } catch (const std::exception& e) {
-        sc.reject_reason = "bad_file";
-        sc.reject_detail = e.what();
-        continue;
-      }
-      if (text.find('\0') != std::string::npos) {
-        sc.reject_reason = "bad_file";
-        sc.reject_detail = rel + " is not a text file";
-        continue;
-      }
-      put(dst, text);
-      sc.taken.push_back(f);
-      for (auto& flag : scan_source(text, c.id, f, forbidden)) sc.flags.push_back(flag);
-      const std::string norm = normalized_source(text);
-      try {
-        if (fs::exists(starter) && normalized_source(read_text_file(starter)) != norm) all_starter = false;
-        const fs::path reference = trees.solutions / c.slug / f;
-        if (!trees.solutions.empty() && fs::exists(reference) && normalized_source(read_text_file(reference)) == norm)
-          sc.flags.push_back({c.id, f, 0, "same_as_reference", Severity::warning,
-                              "is identical to the reference solution (comments and spacing aside)"});
-      } catch (const std::exception&) {
-      }
-    }
-    sc.unchanged_starter = sc.present && all_starter && sc.reject_reason.empty();
-    if (sc.present && sc.reject_reason.empty()) {
-      for (const auto& flag : sc.flags) {
-        if (flag.severity == Severity::reject) {
-          sc.reject_reason = flag.code;
-          sc.reject_detail = flag.file + (flag.line ? ":" + std::to_string(flag.line) : "") + " " + flag.message;
-          break;
-        }
-      }
-      // Editable files the student did not submit: the starter's copy keeps the build whole.
-      for (const auto& f : sc.from_starter) {
-        const fs::path starter = trees.pristine / "chapters" / c.slug / f;
-        if (fs::exists(starter)) put(s.student_root / c.slug / f, read_text_file(starter));
-      }
-    }
-    s.chapters[c.id] = sc;
   }
-  {
+  void remove_stale() {
     std::vector<fs::path> stale;
-    for (auto it = fs::recursive_directory_iterator(s.student_root); it != fs::recursive_directory_iterator(); ++it)
-      if (!it->is_directory() && !written.count(it->path().lexically_relative(s.student_root).generic_string()))
+    for (auto it = fs::recursive_directory_iterator(root_); it != fs::recursive_directory_iterator(); ++it)
+      if (!it->is_directory() && !written_.count(it->path().lexically_relative(root_).generic_string()))
         stale.push_back(it->path());
     for (const auto& p : stale) fs::remove(p);
   }
-  note_ignored(s, root, w, chapters, trees.pristine);
+  const fs::path& path() const { return root_; }
+
+ private:
+  fs::path root_;
+  std::set<std::string> written_;
+};
+
+// Headers that exist only among the tests: chapter code may not include them.
+std::vector<std::string> test_only_headers(const Chapter& c, const fs::path& pristine) {
+  std::vector<std::string> forbidden;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(pristine / "tests" / c.slug, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && !fs::exists(pristine / "chapters" / c.slug / name)) forbidden.push_back(name);
+  }
+  return forbidden;
+}
+
+// Phase 3: one chapter's editable files: taken (checked and scanned), missing (the
+// committed starter fills in), or unusable (the chapter is rejected with why).
+SubmittedChapter take_chapter(const Chapter& c, const PreparedSubmission& s, const Opened& opened, const Walked& w,
+                              const std::set<std::string>& present, const SourceTrees& trees,
+                              const GradingLimits& limits, StudentRoot& out) {
+  const auto& skipped_members = opened.skipped_members;
+  const auto max_bytes = static_cast<std::uintmax_t>(limits.editable_file_kb * 1024);
+  SubmittedChapter sc;
+  sc.id = c.id;
+  const std::vector<std::string> forbidden = test_only_headers(c, trees.pristine);
+  std::error_code ec2;
+  bool all_starter = true;
+  for (const auto& f : c.editable) {
+    const std::string rel = located(s.layout, s.prefix, c, f);
+    const fs::path src = opened.root / rel;
+    const fs::path starter = trees.pristine / "chapters" / c.slug / f;
+    const fs::path dst = out.path() / c.slug / f;
+    fs::create_directories(dst.parent_path());
+    auto skipped = std::find_if(skipped_members.begin(), skipped_members.end(),
+                                [&](const auto& p) { return p.first == rel; });
+    if (w.links.count(rel)) {
+      sc.reject_reason = "bad_file";
+      sc.reject_detail = rel + " is a symbolic link: submit the file itself";
+      sc.present = true;
+      continue;
+    }
+    if (skipped != skipped_members.end()) {
+      sc.reject_reason = "bad_file";
+      sc.reject_detail = rel + " was not extracted from the archive: " + skipped->second;
+      sc.present = true;
+      continue;
+    }
+    if (!present.count(rel)) {
+      sc.from_starter.push_back(f);
+      continue;
+    }
+    sc.present = true;
+    const auto size = fs::file_size(src, ec2);
+    if (ec2 || size > max_bytes) {
+      sc.reject_reason = "bad_file";
+      sc.reject_detail = rel + (ec2 ? " cannot be read: " + ec2.message()
+                                    : " is " + std::to_string(size / 1024) + " KB, more than the " +
+                                          std::to_string(max_bytes / 1024) + " KB an editable file may have");
+      continue;
+    }
+    std::string text;
+    try {
+      text = read_text_file(src, max_bytes);
+    } catch (const std::exception& e) {
+      sc.reject_reason = "bad_file";
+      sc.reject_detail = e.what();
+      continue;
+    }
+    if (text.find('\0') != std::string::npos) {
+      sc.reject_reason = "bad_file";
+      sc.reject_detail = rel + " is not a text file";
+      continue;
+    }
+    out.put(dst, text);
+    sc.taken.push_back(f);
+    for (auto& flag : scan_source(text, c.id, f, forbidden)) sc.flags.push_back(flag);
+    const std::string norm = normalized_source(text);
+    try {
+      if (fs::exists(starter) && normalized_source(read_text_file(starter)) != norm) all_starter = false;
+      const fs::path reference = trees.solutions / c.slug / f;
+      if (!trees.solutions.empty() && fs::exists(reference) && normalized_source(read_text_file(reference)) == norm)
+        sc.flags.push_back({c.id, f, 0, "same_as_reference", Severity::warning,
+                            "is identical to the reference solution (comments and spacing aside)"});
+    } catch (const std::exception&) {
+    }
+  }
+  sc.unchanged_starter = sc.present && all_starter && sc.reject_reason.empty();
+  if (sc.present && sc.reject_reason.empty()) {
+    for (const auto& flag : sc.flags) {
+      if (flag.severity == Severity::reject) {
+        sc.reject_reason = flag.code;
+        sc.reject_detail = flag.file + (flag.line ? ":" + std::to_string(flag.line) : "") + " " + flag.message;
+        break;
+      }
+    }
+    // Editable files the student did not submit: the starter's copy keeps the build whole.
+    for (const auto& f : sc.from_starter) {
+      const fs::path starter = trees.pristine / "chapters" / c.slug / f;
+      if (fs::exists(starter)) out.put(out.path() / c.slug / f, read_text_file(starter));
+    }
+  }
+  return sc;
+}
+
+// Phase 4: what the archive held that was not extracted, for the report.
+void note_skipped_members(PreparedSubmission& s, const Opened& opened) {
+  const auto& skipped_members = opened.skipped_members;
   std::size_t listed = 0;
   for (const auto& [name, why] : skipped_members)
     if (listed++ < 20) s.ignored.push_back(name + ": not extracted: " + why);
   if (skipped_members.size() > 20)
     s.ignored.push_back("... and " + std::to_string(skipped_members.size() - 20) + " more archive member(s) not extracted");
+}
+
+}  // namespace
+
+PreparedSubmission prepare_submission(const fs::path& input, const std::vector<Chapter>& chapters,
+                                      const SourceTrees& trees, const fs::path& work,
+                                      const GradingLimits& limits) {
+  PreparedSubmission s;
+  s.input = input;
+  const Opened opened = open_submission(input, work, limits);
+  s.archive = opened.archive;
+  const Walked w = walk(opened.root);
+  if (w.files.empty() && w.links.empty())
+    throw InputError("submission " + input.string() + " is empty: no files in it");
+  std::set<std::string> present;
+  find_layout(s, input, w, opened, chapters, present);
+
+  StudentRoot out(work / "student");
+  s.student_root = out.path();
+  for (const auto& c : chapters) s.chapters[c.id] = take_chapter(c, s, opened, w, present, trees, limits, out);
+  out.remove_stale();
+  note_ignored(s, opened.root, w, chapters, trees.pristine);
+  note_skipped_members(s, opened);
   return s;
 }
 
