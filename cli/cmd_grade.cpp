@@ -84,6 +84,7 @@ grader::GradeOptions base_options(const Common& c, std::vector<grader::Chapter>&
   g.sanitize = c.sanitize;
   g.timeout_override_s = c.timeout;
   g.cuda_architectures = c.cuda_arch.empty() ? grader::cached_cuda_architectures(WB_BINARY_DIR) : c.cuda_arch;
+  g.dependency_args = grader::cached_dependency_args(WB_BINARY_DIR);
   if (c.cpu_only) {
     g.gpu_tests = false;
     g.no_gpu_reason = "--cpu-only";

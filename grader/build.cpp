@@ -80,6 +80,14 @@ bool is_idle_build_line(const std::string& line) {
          line.find("Re-checking globbed directories") != std::string::npos;
 }
 
+std::vector<std::string> cached_dependency_args(const fs::path& build_dir) {
+  std::vector<std::string> args;
+  for (const char* name : {"WB_ARCHIVE_INCLUDE_DIR", "WB_ARCHIVE_LIBRARY"})
+    if (const std::string v = cached_variable(build_dir, name); !v.empty() && !ends_with(v, "-NOTFOUND"))
+      args.push_back(std::string("-D") + name + "=" + v);
+  return args;
+}
+
 std::string cached_cuda_architectures(const fs::path& build_dir) {
   return cached_variable(build_dir, "CMAKE_CUDA_ARCHITECTURES");
 }
@@ -124,6 +132,7 @@ ProcessResult configure_student_build(const BuildSettings& s, const std::vector<
     spec.argv.insert(spec.argv.begin() + 5, {"-G", "Ninja"});
   if (!s.cuda_architectures.empty())
     spec.argv.push_back("-DCMAKE_CUDA_ARCHITECTURES=" + s.cuda_architectures);
+  spec.argv.insert(spec.argv.end(), s.dependency_args.begin(), s.dependency_args.end());
   spec.env = build_env(s);
   spec.cwd = s.build_dir;
   spec.limits = build_limits(s.timeout_s);

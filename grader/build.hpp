@@ -27,6 +27,9 @@ struct BuildSettings {
   std::filesystem::path student_root;
   std::filesystem::path scratch;     // HOME and TMPDIR of the compilers
   std::string cuda_architectures;    // "" = let the project decide
+  // Where the instructor's build found its dependencies (-DNAME=VALUE), so the pristine copy
+  // configures on the same machine without searching again (a .deps/ it cannot see).
+  std::vector<std::string> dependency_args;
   int jobs = 0;                      // 0 = the build tool's default
   double timeout_s = 900;
   bool scrub_environment = true;
@@ -34,6 +37,8 @@ struct BuildSettings {
 
 // The CUDA architectures of an existing build (its CMakeCache.txt), or "".
 std::string cached_cuda_architectures(const std::filesystem::path& build_dir);
+// -DNAME=VALUE for the dependency locations an existing build found (libarchive...).
+std::vector<std::string> cached_dependency_args(const std::filesystem::path& build_dir);
 // A cache variable of an existing build, or "" (e.g. WB_BUILDS, WB_CHAPTERS).
 std::string cached_variable(const std::filesystem::path& build_dir, const std::string& name);
 

@@ -344,6 +344,7 @@ BuildSettings build_settings(const Workspace& ws, const PreparedSubmission& sub,
   bs.student_root = sub.student_root;
   bs.scratch = ws.scratch;
   bs.cuda_architectures = o.cuda_architectures;
+  bs.dependency_args = o.dependency_args;
   bs.jobs = o.build_jobs;
   bs.timeout_s = o.rubric.limits.build_timeout_s;
   return bs;

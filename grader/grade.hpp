@@ -30,6 +30,7 @@ struct GradeOptions {
   int build_jobs = 0;
   double timeout_override_s = 0;           // > 0: every test's time limit
   std::string cuda_architectures;          // "" = the project's own detection
+  std::vector<std::string> dependency_args;  // cached_dependency_args of the instructor's build
   bool sanitize = false;                   // compute-sanitizer pass over correctness tests
   std::function<void(const std::string&)> progress;  // "04: building" ...
 };
