@@ -188,189 +188,249 @@ fs::path work_root(const GradeAllOptions& o) { return o.work_dir.empty() ? o.out
 
 }  // namespace
 
-int grade_all(const GradeAllOptions& o, std::ostream& log) {
-  fs::create_directories(o.out);
-  Lock lock(o.out / ".grade-all.lock");
-  if (o.restart) {
-    std::error_code ec;
-    for (const fs::path& p : {students_dir(o.out), errors_dir(o.out), o.out / "gradebook.csv", state_path(o.out)})
-      fs::remove_all(p, ec);
+namespace {
+
+// One grade-all run, in phases: prepare (restart, leftovers, what is pending), plan the
+// workers, copy the pristine tree, grade with one thread per worker while the progress
+// display runs, then clean up and summarize. The shared state is guarded by `mutex_`.
+class GradeAllRun {
+ public:
+  GradeAllRun(const GradeAllOptions& o, std::ostream& log) : o_(o), log_(log) {}
+
+  int run() {
+    fs::create_directories(o_.out);
+    Lock lock(o_.out / ".grade-all.lock");
+    prepare();
+    plan_workers();
+    announce();
+    work_ = work_root(o_);
+    tree_ = work_ / "tree";
+    if (!pending_.empty()) {
+      log_ << "grade-all: copying the pristine workbook into " << tree_.string() << "\n";
+      sync_source_tree(o_.grade.source_dir, tree_, {o_.out, work_});
+    }
+    write_gradebook(o_, entries_);
+    grade_ = default_function(o_);
+    t_start_ = std::chrono::steady_clock::now();
+    start_workers();
+    show_progress();
+    for (auto& t : threads_) t.join();
+    return finish();
   }
-  std::vector<std::string> skipped;
-  const auto entries = list_roster(o.roster, o.out, &skipped);
-  for (const auto& s : skipped) log << "grade-all: skipping " << s << "\n";
-  const json state = load_or_create_state(o, true);
-  const std::uint64_t base_seed = state["seed"];
 
-  // Leftovers of an interrupted run: never results, always redone.
-  fs::create_directories(students_dir(o.out));
-  for (const auto& e : fs::directory_iterator(students_dir(o.out)))
-    if (starts_with(e.path().filename().string(), ".tmp-")) fs::remove_all(e.path());
-
-  std::deque<RosterEntry> pending;
-  for (const auto& e : entries)
-    if (!is_done(o.out, e.student)) pending.push_back(e);
-  const std::size_t already = entries.size() - pending.size();
-
-  const bool gpu_mode = o.grade.gpu_tests && !o.gpus.empty();
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  int workers = o.workers > 0 ? o.workers
-                              : gpu_mode ? static_cast<int>(o.gpus.size())
-                                         : static_cast<int>(std::clamp(cores / 4, 1u, 4u));
-  workers = std::max(1, std::min<int>(workers, static_cast<int>(std::max<std::size_t>(pending.size(), 1))));
-  const int jobs = std::max(1, static_cast<int>(cores) / workers);
-
-  log << "grade-all: " << entries.size() << " submission(s) in " << o.roster.string() << "; " << already
-      << " already graded, " << pending.size() << " to grade with " << workers << " worker(s)";
-  if (gpu_mode) log << " on GPU(s) " << join(o.gpus, ", ");
-  else log << ", CPU only (" << o.grade.no_gpu_reason << "): GPU tests are reported as not gradable here";
-  log << "\n";
-  if (gpu_mode && workers > static_cast<int>(o.gpus.size()))
-    log << "grade-all: warning: " << workers << " workers share " << o.gpus.size()
-        << " GPU(s): timing tests running side by side disturb each other\n";
-  log.flush();
-
-  const fs::path work = work_root(o);
-  const fs::path tree = work / "tree";
-  if (!pending.empty()) {
-    log << "grade-all: copying the pristine workbook into " << tree.string() << "\n";
-    sync_source_tree(o.grade.source_dir, tree, {o.out, work});
+ private:
+  // Phase 1: forget an earlier run when asked; drop leftovers; who still needs grading.
+  void prepare() {
+    if (o_.restart) {
+      std::error_code ec;
+      for (const fs::path& p : {students_dir(o_.out), errors_dir(o_.out), o_.out / "gradebook.csv", state_path(o_.out)})
+        fs::remove_all(p, ec);
+    }
+    std::vector<std::string> skipped;
+    entries_ = list_roster(o_.roster, o_.out, &skipped);
+    for (const auto& s : skipped) log_ << "grade-all: skipping " << s << "\n";
+    const json state = load_or_create_state(o_, true);
+    base_seed_ = state["seed"];
+    // Leftovers of an interrupted run: never results, always redone.
+    fs::create_directories(students_dir(o_.out));
+    for (const auto& e : fs::directory_iterator(students_dir(o_.out)))
+      if (starts_with(e.path().filename().string(), ".tmp-")) fs::remove_all(e.path());
+    for (const auto& e : entries_)
+      if (!is_done(o_.out, e.student)) pending_.push_back(e);
+    finished_ = entries_.size() - pending_.size();
   }
-  write_gradebook(o, entries);
 
-  std::mutex mutex;
-  std::condition_variable all_done;
-  std::size_t finished = already;
-  int running = 0;
-  std::vector<std::string> doing(static_cast<std::size_t>(workers));  // per worker: "alice: 04: building"
-  bool status_shown = false;
+  // Phase 2: one worker per GPU (CPU only: a few), never more than there is work.
+  void plan_workers() {
+    gpu_mode_ = o_.grade.gpu_tests && !o_.gpus.empty();
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    workers_ = o_.workers > 0 ? o_.workers
+               : gpu_mode_   ? static_cast<int>(o_.gpus.size())
+                             : static_cast<int>(std::clamp(cores / 4, 1u, 4u));
+    workers_ = std::max(1, std::min<int>(workers_, static_cast<int>(std::max<std::size_t>(pending_.size(), 1))));
+    jobs_ = std::max(1, static_cast<int>(cores) / workers_);
+    doing_.assign(static_cast<std::size_t>(workers_), "");
+  }
+
+  void announce() {
+    log_ << "grade-all: " << entries_.size() << " submission(s) in " << o_.roster.string() << "; " << finished_
+         << " already graded, " << pending_.size() << " to grade with " << workers_ << " worker(s)";
+    if (gpu_mode_) log_ << " on GPU(s) " << join(o_.gpus, ", ");
+    else log_ << ", CPU only (" << o_.grade.no_gpu_reason << "): GPU tests are reported as not gradable here";
+    log_ << "\n";
+    if (gpu_mode_ && workers_ > static_cast<int>(o_.gpus.size()))
+      log_ << "grade-all: warning: " << workers_ << " workers share " << o_.gpus.size()
+           << " GPU(s): timing tests running side by side disturb each other\n";
+    log_.flush();
+  }
+
   // On a terminal the status line is redrawn in place; elsewhere it is printed every minute.
-  auto clear_status = [&] {
-    if (status_shown) log << "\r\033[K";
-    status_shown = false;
-  };
-  std::map<std::string, int> error_count;
-  const GradeFunction grade = default_function(o);
-  const auto t_start = std::chrono::steady_clock::now();
-  auto worker = [&](int k) {
-    const std::string name = gpu_mode ? "gpu" + o.gpus[k % o.gpus.size()] : "cpu" + std::to_string(k);
-    const fs::path wdir = work / ("worker-" + std::to_string(k));
-    Workspace ws{tree, wdir / "build", wdir / "scratch"};
-    for (;;) {
-      RosterEntry e;
-      {
-        std::lock_guard g(mutex);
-        if (pending.empty() || interrupted()) return;
-        e = pending.front();
-        pending.pop_front();
-        doing[static_cast<std::size_t>(k)] = e.student + ": starting";
-        if (o.verbose) {
-          clear_status();
-          log << "[" << name << "] " << e.student << ": started\n" << std::flush;
-        }
+  void clear_status() {
+    if (status_shown_) log_ << "\r\033[K";
+    status_shown_ = false;
+  }
+
+  // Takes the next pending student (under the lock); false when there is none.
+  bool take(int k, const std::string& name, RosterEntry& e) {
+    std::lock_guard g(mutex_);
+    if (pending_.empty() || interrupted()) return false;
+    e = pending_.front();
+    pending_.pop_front();
+    doing_[static_cast<std::size_t>(k)] = e.student + ": starting";
+    if (o_.verbose) {
+      clear_status();
+      log_ << "[" << name << "] " << e.student << ": started\n" << std::flush;
+    }
+    return true;
+  }
+
+  GradeOptions options_for(int k, const std::string& name, const RosterEntry& e) {
+    GradeOptions g = o_.grade;
+    g.seed = student_seed(base_seed_, e.student);
+    if (gpu_mode_) g.gpu = o_.gpus[static_cast<std::size_t>(k) % o_.gpus.size()];
+    g.build_jobs = jobs_;
+    g.progress = [this, k, name, student = e.student](const std::string& step) {
+      std::lock_guard lg(mutex_);
+      doing_[static_cast<std::size_t>(k)] = student + ": " + step;
+      if (o_.verbose) {
+        clear_status();
+        log_ << "[" << name << "] " << student << ": " << step << "\n" << std::flush;
       }
-      GradeOptions g = o.grade;
-      g.seed = student_seed(base_seed, e.student);
-      if (gpu_mode) g.gpu = o.gpus[k % o.gpus.size()];
-      g.build_jobs = jobs;
-      g.progress = [&, k, student = e.student](const std::string& step) {
-        std::lock_guard lg(mutex);
-        doing[static_cast<std::size_t>(k)] = student + ": " + step;
-        if (o.verbose) {
-          clear_status();
-          log << "[" << name << "] " << student << ": " << step << "\n" << std::flush;
-        }
-      };
-      const fs::path tmp = students_dir(o.out) / (".tmp-" + e.student + "-" + random_hex(4));
+    };
+    return g;
+  }
+
+  // One line per graded student, then the gradebook again.
+  void record_done(int k, const std::string& name, const RosterEntry& e, const json& report, double secs) {
+    std::lock_guard lg(mutex_);
+    doing_[static_cast<std::size_t>(k)].clear();
+    clear_status();
+    ++finished_;
+    const std::string status = report.value("status", "");
+    if (status == "error") ++errors_;
+    log_ << "[" << std::setw(static_cast<int>(std::to_string(entries_.size()).size())) << finished_ << "/"
+         << entries_.size() << "] " << pad(e.student, 20) << " " << std::setw(7)
+         << format_points(report.value("score", 0.0)) << " / " << pad(format_points(report.value("max_score", 0.0)), 6)
+         << " " << pad(status, 10) << " " << human_seconds(secs) << "  (" << name << ")";
+    if (status == "invalid" || status == "error") log_ << "  " << clip_text(trim(report.value("error", "")), 1, 160);
+    log_ << "\n" << std::flush;
+    try {
+      write_gradebook(o_, entries_);
+    } catch (const std::exception& ex) {
+      log_ << "grade-all: cannot write the gradebook: " << ex.what() << "\n" << std::flush;
+    }
+  }
+
+  // Phase 3: a worker grades students until none is pending (or the run is interrupted).
+  void worker(int k) {
+    const std::string name = gpu_mode_ ? "gpu" + o_.gpus[static_cast<std::size_t>(k) % o_.gpus.size()]
+                                       : "cpu" + std::to_string(k);
+    const fs::path wdir = work_ / ("worker-" + std::to_string(k));
+    const Workspace ws{tree_, wdir / "build", wdir / "scratch"};
+    RosterEntry e;
+    while (take(k, name, e)) {
+      const GradeOptions g = options_for(k, name, e);
+      const fs::path tmp = students_dir(o_.out) / (".tmp-" + e.student + "-" + random_hex(4));
       const auto t0 = std::chrono::steady_clock::now();
       json report;
       try {
-        report = grade(e, g, ws, tmp / "logs");
+        report = grade_(e, g, ws, tmp / "logs");
       } catch (const std::exception& ex) {
-        report = ungradable_report(e.path, e.student, o.chapters, g, "error", ex.what());
+        report = ungradable_report(e.path, e.student, o_.chapters, g, "error", ex.what());
       }
       if (interrupted()) return;  // a half-graded student is never recorded
       try {
-        finalize(o, e, report, tmp);
+        finalize(o_, e, report, tmp);
       } catch (const std::exception& ex) {
         // Disk full, permissions: the student stays pending and the next run retries.
-        std::lock_guard lg(mutex);
+        std::lock_guard lg(mutex_);
         clear_status();
-        log << "grade-all: cannot record " << e.student << "'s results: " << ex.what() << "\n" << std::flush;
-        ++error_count["error"];
-        doing[static_cast<std::size_t>(k)].clear();
+        log_ << "grade-all: cannot record " << e.student << "'s results: " << ex.what() << "\n" << std::flush;
+        ++errors_;
+        doing_[static_cast<std::size_t>(k)].clear();
         continue;
       }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::lock_guard lg(mutex);
-      doing[static_cast<std::size_t>(k)].clear();
-      clear_status();
-      ++finished;
-      const std::string status = report.value("status", "");
-      if (status == "error") ++error_count["error"];
-      log << "[" << std::setw(static_cast<int>(std::to_string(entries.size()).size())) << finished << "/"
-          << entries.size() << "] " << pad(e.student, 20) << " " << std::setw(7)
-          << format_points(report.value("score", 0.0)) << " / " << pad(format_points(report.value("max_score", 0.0)), 6)
-          << " " << pad(status, 10) << " " << human_seconds(secs) << "  (" << name << ")";
-      if (status == "invalid" || status == "error") log << "  " << clip_text(trim(report.value("error", "")), 1, 160);
-      log << "\n" << std::flush;
-      try {
-        write_gradebook(o, entries);
-      } catch (const std::exception& ex) {
-        log << "grade-all: cannot write the gradebook: " << ex.what() << "\n" << std::flush;
-      }
+      record_done(k, name, e, report, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-  };
-  std::vector<std::thread> threads;
-  running = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(workers), pending.size()));
-  for (int k = 0; k < running; ++k)
-    threads.emplace_back([&, k] {
-      worker(k);
-      std::lock_guard lg(mutex);
-      if (--running == 0) all_done.notify_all();
-    });
-  {
-    // The progress display: who is being graded, and at which step.
-    std::unique_lock lk(mutex);
+  }
+
+  void start_workers() {
+    running_ = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(workers_), pending_.size()));
+    for (int k = 0; k < running_; ++k)
+      threads_.emplace_back([this, k] {
+        worker(k);
+        std::lock_guard lg(mutex_);
+        if (--running_ == 0) all_done_.notify_all();
+      });
+  }
+
+  // The progress display: who is being graded, and at which step.
+  void show_progress() {
+    std::unique_lock lk(mutex_);
     auto last_line = std::chrono::steady_clock::now();
-    while (running > 0) {
-      all_done.wait_for(lk, std::chrono::seconds(1));
-      if (running == 0) break;
+    while (running_ > 0) {
+      all_done_.wait_for(lk, std::chrono::seconds(1));
+      if (running_ == 0) break;
       const auto now = std::chrono::steady_clock::now();
-      if (!o.live_status && now - last_line < std::chrono::seconds(60)) continue;
+      if (!o_.live_status && now - last_line < std::chrono::seconds(60)) continue;
       last_line = now;
       std::vector<std::string> busy;
-      for (const auto& d : doing)
+      for (const auto& d : doing_)
         if (!d.empty()) busy.push_back(d);
-      const std::string line = "[" + std::to_string(finished) + "/" + std::to_string(entries.size()) + " done, " +
-                               human_seconds(std::chrono::duration<double>(now - t_start).count()) + "] " +
+      const std::string line = "[" + std::to_string(finished_) + "/" + std::to_string(entries_.size()) + " done, " +
+                               human_seconds(std::chrono::duration<double>(now - t_start_).count()) + "] " +
                                join(busy, " | ");
-      if (o.live_status) {
-        log << "\r\033[K" << line.substr(0, 200) << std::flush;
-        status_shown = true;
+      if (o_.live_status) {
+        log_ << "\r\033[K" << line.substr(0, 200) << std::flush;
+        status_shown_ = true;
       } else {
-        log << line << "\n" << std::flush;
+        log_ << line << "\n" << std::flush;
       }
     }
     clear_status();
   }
-  for (auto& t : threads) t.join();
-  write_gradebook(o, entries);
-  if (!o.keep_work) {
-    std::error_code ec;
-    for (int k = 0; k < workers; ++k) fs::remove_all(work / ("worker-" + std::to_string(k)) / "scratch", ec);
+
+  // Phase 4: the final gradebook, scratch removed, a summary; 1 when a grader error remains.
+  int finish() {
+    write_gradebook(o_, entries_);
+    if (!o_.keep_work) {
+      std::error_code ec;
+      for (int k = 0; k < workers_; ++k) fs::remove_all(work_ / ("worker-" + std::to_string(k)) / "scratch", ec);
+    }
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+    log_ << "grade-all: done in " << human_seconds(total) << ". Gradebook: " << (o_.out / "gradebook.csv").string()
+         << "; reports: " << students_dir(o_.out).string() << "/<student>/\n";
+    if (errors_ > 0) {
+      log_ << "grade-all: " << errors_ << " submission(s) hit a grader error (see " << errors_dir(o_.out).string()
+           << "); run the same command again to retry them\n";
+      return 1;
+    }
+    return 0;
   }
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  log << "grade-all: done in " << human_seconds(total) << ". Gradebook: " << (o.out / "gradebook.csv").string()
-      << "; reports: " << students_dir(o.out).string() << "/<student>/\n";
-  if (error_count["error"] > 0) {
-    log << "grade-all: " << error_count["error"]
-        << " submission(s) hit a grader error (see " << errors_dir(o.out).string()
-        << "); run the same command again to retry them\n";
-    return 1;
-  }
-  return 0;
-}
+
+  const GradeAllOptions& o_;
+  std::ostream& log_;
+  std::vector<RosterEntry> entries_;
+  std::deque<RosterEntry> pending_;
+  std::uint64_t base_seed_ = 0;
+  bool gpu_mode_ = false;
+  int workers_ = 1, jobs_ = 1;
+  fs::path work_, tree_;
+  GradeFunction grade_;
+  std::chrono::steady_clock::time_point t_start_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable all_done_;
+  std::size_t finished_ = 0;
+  int running_ = 0;
+  std::vector<std::string> doing_;  // per worker: "alice: 04: building"
+  bool status_shown_ = false;
+  int errors_ = 0;
+};
+
+}  // namespace
+
+int grade_all(const GradeAllOptions& o, std::ostream& log) { return GradeAllRun(o, log).run(); }
 
 int grade_task(const GradeAllOptions& o, int index, std::ostream& log) {
   const auto entries = list_roster(o.roster, o.out);
