@@ -176,19 +176,20 @@ void write_index(const fs::path& out, const std::vector<NotebookRun>& runs,
   std::ofstream(out / "index.html") << h.str();
 }
 
-int run_report(const Options& opt) {
-  grader::install_interrupt_handlers();
-  const fs::path source_dir = WB_SOURCE_DIR;
-  const fs::path notebooks_dir = source_dir / "notebooks";
+// A phase that cannot go on has printed why; run_report returns `code`.
+struct Stop {
+  int code;
+};
 
-  // Results: explicit directories, or local results/ in front of the shipped data/results/.
+// Results: explicit directories, or local results/ in front of the shipped data/results/.
+std::vector<fs::path> results_search_path(const Options& opt, const fs::path& source_dir) {
   std::vector<fs::path> results_path;
   if (!opt.results_dirs.empty()) {
     for (const auto& d : opt.results_dirs) {
       const fs::path p = fs::absolute(d);
       if (!fs::is_directory(p)) {
         std::cerr << "workbook report: results directory " << p.string() << " does not exist\n";
-        return 2;
+        throw Stop{2};
       }
       results_path.push_back(p);
     }
@@ -202,21 +203,24 @@ int run_report(const Options& opt) {
       std::cerr << (i ? " or " : "") << grader::display_path(results_path[i]);
     std::cerr << ".\nRun `./workbook bench` on a machine with a GPU, or restore the shipped reference "
                  "results (data/results/*.json) from the repository.\n";
-    return 2;
+    throw Stop{2};
   }
+  return results_path;
+}
 
-  std::string gradebook;
-  if (!opt.gradebook.empty()) {
-    const fs::path g = fs::absolute(opt.gradebook);
-    if (!fs::is_regular_file(g)) {
-      std::cerr << "workbook report: gradebook " << g.string() << " not found (write one with "
-                << "`./workbook grade-all ROSTER_DIR --out DIR`: DIR/gradebook.csv)\n";
-      return 2;
-    }
-    gradebook = g.string();
+std::string gradebook_path(const Options& opt) {
+  if (opt.gradebook.empty()) return "";
+  const fs::path g = fs::absolute(opt.gradebook);
+  if (!fs::is_regular_file(g)) {
+    std::cerr << "workbook report: gradebook " << g.string() << " not found (write one with "
+              << "`./workbook grade-all ROSTER_DIR --out DIR`: DIR/gradebook.csv)\n";
+    throw Stop{2};
   }
+  return g.string();
+}
 
-  // Notebooks: every notebooks/*.ipynb, or the ones asked for.
+// Notebooks: every notebooks/*.ipynb, or the ones asked for.
+std::vector<fs::path> choose_notebooks(const Options& opt, const fs::path& notebooks_dir) {
   std::vector<fs::path> all;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(notebooks_dir, ec))
@@ -224,7 +228,7 @@ int run_report(const Options& opt) {
   std::sort(all.begin(), all.end());
   if (all.empty()) {
     std::cerr << "workbook report: no notebooks in " << notebooks_dir.string() << "\n";
-    return 2;
+    throw Stop{2};
   }
   std::vector<fs::path> chosen;
   for (const auto& arg : opt.notebooks) {
@@ -234,107 +238,137 @@ int run_report(const Options& opt) {
       std::cerr << "workbook report: no notebook matches '" << arg << "'; notebooks:";
       for (const auto& p : all) std::cerr << " " << p.stem().string();
       std::cerr << "\n";
-      return 2;
+      throw Stop{2};
     }
     if (std::find(chosen.begin(), chosen.end(), *it) == chosen.end()) chosen.push_back(*it);
   }
-  if (chosen.empty()) chosen = all;
+  return chosen.empty() ? all : chosen;
+}
 
-  // The tools: Jupyter's nbconvert and friends, in the Python that will run the notebooks.
+// The tools: Jupyter's nbconvert and friends, in the Python that will run the notebooks.
+void require_jupyter(const Options& opt, const fs::path& notebooks_dir) {
   const auto probe = run_captured(
       {opt.python, "-c", "import nbconvert, nbclient, ipykernel, matplotlib, jsonschema"}, {}, {}, 120);
-  if (!probe.ok()) {
-    std::cerr << "workbook report: the notebooks need Jupyter (nbconvert, nbclient, ipykernel), matplotlib "
-                 "and jsonschema in "
-              << opt.python << ", and "
-              << (probe.started() ? "they are not all installed (" + last_line(probe.output()) + ").\n"
+  if (probe.ok()) return;
+  std::cerr << "workbook report: the notebooks need Jupyter (nbconvert, nbclient, ipykernel), matplotlib "
+               "and jsonschema in "
+            << opt.python << ", and "
+            << (probe.started() ? "they are not all installed (" + last_line(probe.output()) + ").\n"
                                 : opt.python + " could not be run.\n")
-              << "Install them with:\n  " << opt.python << " -m pip install -r "
-              << (notebooks_dir / "requirements.txt").string() << "\n";
-    return 2;
-  }
+            << "Install them with:\n  " << opt.python << " -m pip install -r "
+            << (notebooks_dir / "requirements.txt").string() << "\n";
+  throw Stop{2};
+}
 
-  // Every results file is checked before any notebook runs, so a malformed file is named
-  // once, plainly, instead of surfacing as a traceback inside a notebook.
+// Every results file is checked before any notebook runs, so a malformed file is named
+// once, plainly, instead of surfacing as a traceback inside a notebook.
+void validate_results(const Options& opt, const fs::path& notebooks_dir, const std::vector<fs::path>& results_path) {
   std::vector<std::string> validate = {opt.python, (notebooks_dir / "wbplots.py").string(), "validate"};
   for (const auto& d : results_path)
     if (fs::is_directory(d)) validate.push_back(d.string());
   std::cerr << "workbook report: checking the results files\n";
   const auto checked = run_captured(validate, {}, {}, 300);
   int valid_files = 0;
-  {
-    std::istringstream lines(checked.output());
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("ok ", 0) == 0)
-        ++valid_files;  // the notebooks list the files they read; only problems are news here
-      else
-        std::cerr << line << "\n";
-    }
+  std::istringstream lines(checked.output());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("ok ", 0) == 0)
+      ++valid_files;  // the notebooks list the files they read; only problems are news here
+    else
+      std::cerr << line << "\n";
   }
-  if (checked.ok()) std::cerr << "workbook report: " << valid_files << " results file(s), all valid\n";
-  if (!checked.ok()) {
-    std::cerr << "workbook report: stopped: fix the results files named above (rerun `./workbook bench "
-                 "CHAPTER`), or remove them to fall back to the shipped reference results.\n";
-    return 1;
+  if (checked.ok()) {
+    std::cerr << "workbook report: " << valid_files << " results file(s), all valid\n";
+    return;
   }
+  std::cerr << "workbook report: stopped: fix the results files named above (rerun `./workbook bench "
+               "CHAPTER`), or remove them to fall back to the shipped reference results.\n";
+  throw Stop{1};
+}
 
-  const fs::path out = fs::absolute(opt.out);
-  fs::create_directories(out / "figures", ec);
-  if (ec) {
-    std::cerr << "workbook report: cannot create " << out.string() << ": " << ec.message() << "\n";
-    return 2;
-  }
-  std::string search;
-  for (const auto& d : results_path) search += (search.empty() ? "" : ":") + d.string();
-  const char* old_pythonpath = std::getenv("PYTHONPATH");
-  const std::string pythonpath =
-      notebooks_dir.string() + (old_pythonpath && *old_pythonpath ? std::string(":") + old_pythonpath : "");
+// What every notebook's kernel gets: where the results are, where figures go.
+struct NotebookEnvironment {
+  std::string search;      // WB_RESULTS_PATH
+  std::string pythonpath;  // notebooks/ first
+  std::string gradebook;
+};
 
-  std::vector<NotebookRun> runs;
-  int failed = 0;
-  for (std::size_t i = 0; i < chosen.size(); ++i) {
-    NotebookRun run;
-    run.stem = chosen[i].stem().string();
-    const fs::path figures = out / "figures" / run.stem;
-    fs::remove_all(figures, ec);  // figures from an earlier report must not pass for this one's
-    std::cerr << "[" << i + 1 << "/" << chosen.size() << "] " << run.stem << " ... " << std::flush;
-    std::vector<std::pair<std::string, std::string>> set = {
-        {"WB_RESULTS_PATH", search},
-        {"WB_REPORT_DIR", out.string()},
-        {"WB_NOTEBOOK", run.stem},
-        {"PYTHONPATH", pythonpath},
-        {"JUPYTER_PLATFORM_DIRS", "1"},
-        {"PYDEVD_DISABLE_FILE_VALIDATION", "1"},
-    };
-    if (!gradebook.empty()) set.emplace_back("WB_GRADEBOOK", gradebook);
-    // MPLBACKEND=Agg (common on headless machines) would keep the figures out of the HTML:
-    // the kernel's own inline backend must draw them.
-    const std::vector<std::string> unset = {"MPLBACKEND"};
-    std::vector<std::string> argv = {opt.python, "-m", "nbconvert", "--execute", "--to", "html",
-                                     "--output-dir", out.string(),
-                                     "--ExecutePreprocessor.timeout=" + std::to_string(static_cast<int>(opt.timeout_s))};
-    if (opt.no_code) argv.push_back("--no-input");
-    argv.push_back(chosen[i].string());
-    const auto started = Clock::now();
-    const auto result = run_captured(argv, set, unset, opt.timeout_s);
-    run.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    run.figures = pngs_in(figures);
-    run.ok = result.ok() && fs::exists(out / (run.stem + ".html"));
-    if (run.ok) {
-      std::cerr << "ok (" << std::fixed << std::setprecision(1) << run.seconds << " s, " << run.figures.size()
-                << " figure" << (run.figures.size() == 1 ? "" : "s") << ") -> "
-                << grader::display_path(out / (run.stem + ".html")) << "\n";
-    } else {
-      run.error = failure_excerpt(result.output());
-      std::cerr << "failed (" << result.describe() << ")\n" << run.error << "\n";
-      ++failed;
-    }
-    runs.push_back(std::move(run));
+// Executes one notebook into `out`/<stem>.html (+ figures/<stem>/*.png).
+NotebookRun render_notebook(const fs::path& notebook, const Options& opt, const fs::path& out,
+                            const NotebookEnvironment& env) {
+  NotebookRun run;
+  run.stem = notebook.stem().string();
+  std::error_code ec;
+  fs::remove_all(out / "figures" / run.stem, ec);  // figures from an earlier report must not pass for this one's
+  std::vector<std::pair<std::string, std::string>> set = {
+      {"WB_RESULTS_PATH", env.search},
+      {"WB_REPORT_DIR", out.string()},
+      {"WB_NOTEBOOK", run.stem},
+      {"PYTHONPATH", env.pythonpath},
+      {"JUPYTER_PLATFORM_DIRS", "1"},
+      {"PYDEVD_DISABLE_FILE_VALIDATION", "1"},
+  };
+  if (!env.gradebook.empty()) set.emplace_back("WB_GRADEBOOK", env.gradebook);
+  // MPLBACKEND=Agg (common on headless machines) would keep the figures out of the HTML:
+  // the kernel's own inline backend must draw them.
+  const std::vector<std::string> unset = {"MPLBACKEND"};
+  std::vector<std::string> argv = {opt.python, "-m", "nbconvert", "--execute", "--to", "html",
+                                   "--output-dir", out.string(),
+                                   "--ExecutePreprocessor.timeout=" + std::to_string(static_cast<int>(opt.timeout_s))};
+  if (opt.no_code) argv.push_back("--no-input");
+  argv.push_back(notebook.string());
+  const auto started = Clock::now();
+  const auto result = run_captured(argv, set, unset, opt.timeout_s);
+  run.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  run.figures = pngs_in(out / "figures" / run.stem);
+  run.ok = result.ok() && fs::exists(out / (run.stem + ".html"));
+  if (run.ok) {
+    std::cerr << "ok (" << std::fixed << std::setprecision(1) << run.seconds << " s, " << run.figures.size()
+              << " figure" << (run.figures.size() == 1 ? "" : "s") << ") -> "
+              << grader::display_path(out / (run.stem + ".html")) << "\n";
+  } else {
+    run.error = failure_excerpt(result.output());
+    std::cerr << "failed (" << result.describe() << ")\n" << run.error << "\n";
   }
-  write_index(out, runs, results_path, gradebook);
-  std::cerr << "workbook report: " << runs.size() - failed << " of " << runs.size()
-            << " notebook(s) rendered; open " << grader::display_path(out / "index.html") << "\n";
-  return failed ? 1 : 0;
+  return run;
+}
+
+int run_report(const Options& opt) {
+  grader::install_interrupt_handlers();
+  const fs::path source_dir = WB_SOURCE_DIR;
+  const fs::path notebooks_dir = source_dir / "notebooks";
+  try {
+    const std::vector<fs::path> results_path = results_search_path(opt, source_dir);
+    NotebookEnvironment env;
+    env.gradebook = gradebook_path(opt);
+    const std::vector<fs::path> chosen = choose_notebooks(opt, notebooks_dir);
+    require_jupyter(opt, notebooks_dir);
+    validate_results(opt, notebooks_dir, results_path);
+
+    const fs::path out = fs::absolute(opt.out);
+    std::error_code ec;
+    fs::create_directories(out / "figures", ec);
+    if (ec) {
+      std::cerr << "workbook report: cannot create " << out.string() << ": " << ec.message() << "\n";
+      return 2;
+    }
+    for (const auto& d : results_path) env.search += (env.search.empty() ? "" : ":") + d.string();
+    const char* old_pythonpath = std::getenv("PYTHONPATH");
+    env.pythonpath = notebooks_dir.string() + (old_pythonpath && *old_pythonpath ? std::string(":") + old_pythonpath : "");
+
+    std::vector<NotebookRun> runs;
+    int failed = 0;
+    for (std::size_t i = 0; i < chosen.size(); ++i) {
+      std::cerr << "[" << i + 1 << "/" << chosen.size() << "] " << chosen[i].stem().string() << " ... " << std::flush;
+      runs.push_back(render_notebook(chosen[i], opt, out, env));
+      failed += runs.back().ok ? 0 : 1;
+    }
+    write_index(out, runs, results_path, env.gradebook);
+    std::cerr << "workbook report: " << runs.size() - failed << " of " << runs.size()
+              << " notebook(s) rendered; open " << grader::display_path(out / "index.html") << "\n";
+    return failed ? 1 : 0;
+  } catch (const Stop& stop) {
+    return stop.code;
+  }
 }
 
 }  // namespace
