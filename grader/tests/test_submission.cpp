@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "grader/chapters.hpp"
+#include "grader/grade.hpp"
 #include "grader/submission.hpp"
 #include "grader/util.hpp"
 #include "test_common.hpp"
@@ -192,4 +193,18 @@ TEST_CASE("the student root is reused: unchanged files keep their time stamps, s
   write(wb.dir / "s2/chapters/07_x/k.cu", "void k() { 2; }\n");
   PreparedSubmission c = prepare_submission(wb.dir / "s2", wb.chapters, wb.trees, work, {});
   CHECK(grader_test::read(c.student_root / "07_x/k.cu") == "void k() { 2; }\n");
+}
+
+TEST_CASE("a submission that cannot be read is refused before anything is made: no logs directory") {
+  TempDir dir;
+  GradeOptions o;
+  o.source_dir = WB_SOURCE_DIR;
+  o.gpu_tests = false;
+  const auto chapters = discover_chapters(WB_SOURCE_DIR);
+  const Workspace ws{dir / "tree", dir / "build", dir / "scratch"};
+  CHECK_THROWS_AS(grade_submission(dir / "missing.zip", "x", chapters, o, ws, dir / "out/logs"), InputError);
+  write(dir / "junk.zip", "this is not an archive");
+  CHECK_THROWS_WITH_AS(grade_submission(dir / "junk.zip", "x", chapters, o, ws, dir / "out/logs"),
+                       doctest::Contains("not a valid zip or tar archive"), InputError);
+  CHECK_FALSE(fs::exists(dir / "out/logs"));
 }
