@@ -31,3 +31,16 @@ wb_header_dependency(wb::json nlohmann/json.hpp
 
 find_package(CUDAToolkit REQUIRED)
 find_package(OpenMP COMPONENTS CXX)
+
+# libarchive reads submitted zip and tar archives (Debian: libarchive-dev). A GPU machine
+# with only the runtime libraries gets archive.h and libarchive.so from a carried .deps/.
+find_path(WB_ARCHIVE_INCLUDE_DIR NAMES archive.h HINTS ${PROJECT_SOURCE_DIR}/.deps/include)
+find_library(WB_ARCHIVE_LIBRARY NAMES archive HINTS ${PROJECT_SOURCE_DIR}/.deps/lib)
+if(NOT WB_ARCHIVE_INCLUDE_DIR OR NOT WB_ARCHIVE_LIBRARY)
+  message(FATAL_ERROR "workbook: libarchive not found (archive.h, libarchive.so). "
+                      "Install it (Debian: apt-get install libarchive-dev) or put it in .deps/.")
+endif()
+add_library(wb::archive UNKNOWN IMPORTED GLOBAL)
+set_target_properties(wb::archive PROPERTIES IMPORTED_LOCATION ${WB_ARCHIVE_LIBRARY}
+                      INTERFACE_INCLUDE_DIRECTORIES ${WB_ARCHIVE_INCLUDE_DIR})
+message(STATUS "workbook: libarchive ${WB_ARCHIVE_LIBRARY}")

@@ -1,9 +1,9 @@
 // Archives: every member checked before anything is written; only regular files extracted.
 #include <doctest/doctest.h>
 
-#include "core/archive.hpp"
-#include "core/process.hpp"
-#include "core/util.hpp"
+#include "grader/archive.hpp"
+#include "grader/process.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;
@@ -44,14 +44,15 @@ TEST_CASE("member names: absolute, '..', backslashes and control characters are 
   CHECK_THROWS_AS(check_member_name("a\nb", "a.tar"), InputError);
 }
 
-TEST_CASE("the libarchive listing is parsed, links recognised") {
-  const std::string listing =
-      "drwxr-xr-x  0 root   root        0 21 Nov 04:54 a/\n"
-      "-rw-r--r--  0 0      0           3 21 Nov  2023 a/04_x/f.cu\n"
-      "lrwxrwxrwx  0 root   root        0 21 Nov 04:54 a/link -> /etc/passwd\n"
-      "-rw-r--r--  0 root   root        0 21 Nov 04:54 a/hard link to a/04_x/f.cu\n"
-      "-rw-r--r--  0 root   root       12  1 Jan 00:00  name with a leading space\n";
-  const auto members = parse_archive_listing(listing, "t.tar");
+TEST_CASE("the listing names every member with its type; links are recognised") {
+  TempDir dir;
+  const fs::path tar = make_tar(dir, "l.tar",
+                                {{"a/", "", '5'},
+                                 {"a/04_x/f.cu", "abc"},
+                                 {"a/link", "", '2', "/etc/passwd"},
+                                 {"a/hard", "", '1', "a/04_x/f.cu"},
+                                 {" name with a leading space", "twelve bytes"}});
+  const auto members = list_archive(tar, {});
   REQUIRE(members.size() == 5);
   CHECK(members[0].type == 'd');
   CHECK(members[1].name == "a/04_x/f.cu");
@@ -61,7 +62,28 @@ TEST_CASE("the libarchive listing is parsed, links recognised") {
   CHECK(members[3].type == 'h');
   CHECK(members[3].name == "a/hard");
   CHECK(members[4].name == " name with a leading space");
-  CHECK_THROWS_AS(parse_archive_listing("garbage line\n", "t.tar"), InputError);
+}
+
+TEST_CASE("a file that is no archive is 'not a valid zip or tar archive', in those words") {
+  TempDir dir;
+  grader_test::write(dir / "junk.zip", "this is not an archive at all, just some text");
+  try {
+    list_archive(dir / "junk.zip", {});
+    FAIL("expected the archive to be refused");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("not a valid zip or tar archive") != std::string::npos);
+    CHECK(what.find("CMake") == std::string::npos);
+  }
+}
+
+TEST_CASE("too many members: refused before anything is written") {
+  TempDir dir;
+  ArchiveLimits limits;
+  limits.members = 2;
+  const fs::path tar = make_tar(dir, "many.tar", {{"a.cu", "1"}, {"b.cu", "2"}, {"c.cu", "3"}});
+  CHECK_THROWS_AS(extract_archive(tar, dir / "out", limits), InputError);
+  CHECK_FALSE(fs::exists(dir / "out/a.cu"));
 }
 
 TEST_CASE("a clean archive extracts its regular files only") {

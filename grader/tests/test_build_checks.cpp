@@ -2,8 +2,8 @@
 // catch chapter code calling the tests' reference.
 #include <doctest/doctest.h>
 
-#include "core/build.hpp"
-#include "core/util.hpp"
+#include "grader/build.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

@@ -2,8 +2,8 @@
 // command to rerun it, and an exit status that never calls "skipped" a pass.
 #include <doctest/doctest.h>
 
-#include "core/check.hpp"
-#include "core/util.hpp"
+#include "grader/check.hpp"
+#include "grader/util.hpp"
 
 using namespace wb::grader;
 
@@ -22,7 +22,7 @@ Chapter chapter(const std::string& id, const std::string& title) {
 TestRun run(const std::string& kind, std::vector<std::pair<std::string, std::string>> cases) {
   TestRun r;
   r.kind = kind;
-  r.outcome = "completed";
+  r.outcome = RunOutcome::completed;
   r.seed = 99;
   for (auto& [name, status] : cases) {
     CaseResult c;

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/ncu_report.hpp"
-#include "core/util.hpp"
+#include "grader/ncu_report.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <thread>
 
-#include "core/process.hpp"
-#include "core/util.hpp"
+#include "grader/process.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

@@ -1,9 +1,9 @@
 // What instructors and students read: report.md, Gradescope results.json, JUnit, the CSV.
 #include <doctest/doctest.h>
 
-#include "core/grade.hpp"
-#include "core/report_writers.hpp"
-#include "core/util.hpp"
+#include "grader/grade.hpp"
+#include "grader/report_writers.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;
@@ -69,6 +69,31 @@ TEST_CASE("Gradescope results.json: a score, and tests with the required fields"
   CHECK(g["tests"][2]["output"].get<std::string>().find("expected a") != std::string::npos);
 }
 
+TEST_CASE("report.md lists the files filled in from the starter and does not show the hidden seed") {
+  json r = sample_report();
+  r["submission"]["filled_from_starter"] = {{"04", {"softmax_unfused.cu"}}};
+  const std::string md = render_markdown(r);
+  CHECK(md.find("## Files filled in from the starter") != std::string::npos);
+  CHECK(md.find("- chapter 04: softmax_unfused.cu") != std::string::npos);
+  CHECK(md.find("77") == std::string::npos);  // the seed of sample_report()
+  CHECK(md.find("hidden seed") != std::string::npos);
+}
+
+TEST_CASE("Gradescope results.json: tests not gradable here are not called failed") {
+  json r = sample_report();
+  r["status"] = "incomplete";
+  r["grader"]["no_gpu_reason"] = "no CUDA device on this machine";
+  r["chapters"][0]["kinds"][1] = {{"kind", "timing"}, {"status", "not_gradable"}, {"score", 0}, {"max_score", 3},
+                                  {"note", "no GPU"}, {"tests", json::array()}};
+  const json g = render_gradescope(r, "visible");
+  const json& t = g["tests"][1];
+  CHECK(t["name"].get<std::string>().find("(not graded here)") != std::string::npos);
+  CHECK_FALSE(t.contains("status"));  // Gradescope derives it from the score; the output says why
+  CHECK(t["score"] == 0);
+  CHECK(t["output"].get<std::string>().find("NOT GRADED") == 0);
+  CHECK(t["output"].get<std::string>().find("no CUDA device on this machine") != std::string::npos);
+}
+
 TEST_CASE("JUnit XML: counts and escaping") {
   const std::string x = render_junit(sample_report());
   CHECK(x.find("<?xml version=\"1.0\" encoding=\"UTF-8\"?>") == 0);
@@ -77,7 +102,7 @@ TEST_CASE("JUnit XML: counts and escaping") {
   CHECK(x.find("tests=\"3\" failures=\"1\" errors=\"1\"") != std::string::npos);
   CHECK(x.find("<error type=\"compile_error\"") != std::string::npos);
   CHECK(x.find("<script>") == std::string::npos);
-  CHECK(xml_escape(std::string("a\x01&\"'")) == "a\xEF\xBF\xBD&amp;&quot;&apos;");
+  CHECK(markup_escape(std::string("a\x01&\"'<>")) == "a\xEF\xBF\xBD&amp;&quot;&#39;&lt;&gt;");
 }
 
 TEST_CASE("gradebook CSV: one row per student, sorted, fields escaped, no formulas") {

@@ -9,9 +9,9 @@
 #include <set>
 #include <sstream>
 
-#include "core/report_writers.hpp"
-#include "core/roster.hpp"
-#include "core/util.hpp"
+#include "grader/report_writers.hpp"
+#include "grader/roster.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

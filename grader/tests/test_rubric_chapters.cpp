@@ -4,9 +4,10 @@
 #include <regex>
 #include <set>
 
-#include "core/chapters.hpp"
-#include "core/rubric.hpp"
-#include "core/util.hpp"
+#include "grader/chapters.hpp"
+#include "grader/rubric.hpp"
+#include "grader/util.hpp"
+#include "wb/rubric.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;
@@ -131,4 +132,35 @@ TEST_CASE("rubric mistakes are clear errors") {
   write(dir / "r.json", "{ \"schema\": ");
   CHECK_THROWS_WITH_AS(load_rubric(dir / "r.json"), doctest::Contains("not valid JSON"), InputError);
   CHECK_THROWS_WITH_AS(load_rubric(dir / "missing.json"), doctest::Contains("not found"), InputError);
+}
+
+// One source for a chapter's timing marks: the tests read data/rubric.json through
+// wb::pass_mark, the grader through load_rubric; both must see the same numbers.
+TEST_CASE("wb::pass_mark reads the marks the grader's rubric has, and says where a mark is missing") {
+  const Rubric rubric = load_rubric(fs::path(WB_SOURCE_DIR) / "data/rubric.json");
+  int checked = 0;
+  for (const auto& [id, chapter] : rubric.chapters)
+    for (const auto& mark : chapter.pass_marks) {
+      CAPTURE(id);
+      CAPTURE(mark.metric);
+      if (mark.min) CHECK(wb::pass_mark(id, mark.metric) == *mark.min);
+      if (mark.max) CHECK(wb::pass_mark(id, mark.metric, "max") == *mark.max);
+      ++checked;
+    }
+  CHECK(checked > 0);
+  try {
+    wb::pass_mark("04", "no_such_metric");
+    FAIL("expected an error");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("rubric.json") != std::string::npos);
+    CHECK(std::string(e.what()).find("no_such_metric") != std::string::npos);
+  }
+  TempDir dir;
+  write(dir / "r.json", R"({"chapters": {"04": {"pass_marks": [{"metric": "speedup_vs_unfused", "min": 9.5}]}}})");
+  ::setenv("WB_RUBRIC", (dir / "r.json").c_str(), 1);
+  CHECK(wb::pass_mark("04", "speedup_vs_unfused") == 9.5);
+  ::setenv("WB_RUBRIC", (dir / "missing.json").c_str(), 1);
+  CHECK_THROWS_WITH_AS(wb::pass_mark("04", "speedup_vs_unfused"), doctest::Contains("cannot read the rubric"),
+                       std::runtime_error);
+  ::unsetenv("WB_RUBRIC");
 }

@@ -2,9 +2,10 @@
 // and every way a chapter can fail to be judged.
 #include <doctest/doctest.h>
 
-#include "core/grade.hpp"
-#include "core/rubric.hpp"
-#include "core/verdict.hpp"
+#include "grader/grade.hpp"
+#include "grader/rubric.hpp"
+#include "grader/util.hpp"
+#include "grader/verdict.hpp"
 
 using namespace wb::grader;
 using nlohmann::json;
@@ -26,7 +27,7 @@ TestRun completed(const std::string& kind, std::vector<std::pair<std::string, st
   TestRun r;
   r.kind = kind;
   r.binary = "test_07_" + kind + "_student";
-  r.outcome = "completed";
+  r.outcome = RunOutcome::completed;
   r.seed = 5;
   for (auto& [name, status] : cases) {
     CaseResult c;
@@ -41,11 +42,11 @@ TestRun completed(const std::string& kind, std::vector<std::pair<std::string, st
   return r;
 }
 
-TestRun not_run(const std::string& kind, const std::string& outcome = "not_run") {
+TestRun not_run(const std::string& kind, RunOutcome outcome = RunOutcome::not_run) {
   TestRun r;
   r.kind = kind;
   r.outcome = outcome;
-  r.problem = outcome == "not_run" ? "not run: every correctness test must pass first" : "skipped";
+  r.problem = outcome == RunOutcome::not_run ? "not run: every correctness test must pass first" : "skipped";
   return r;
 }
 
@@ -71,7 +72,7 @@ TEST_CASE("everything passing: full points, 'passing timing'") {
   runs.build.attempted = runs.build.ok = true;
   runs.runs = {completed("correctness", {{"a", "passed"}, {"b", "passed"}}), completed("timing", {{"t", "passed"}})};
   const Verdict v = judge_chapter(chapter(), runs);
-  CHECK(v.state == "passing_timing");
+  CHECK(v.state == ChapterState::passing_timing);
   CHECK(v.complete);
   const json s = score(runs);
   CHECK(s["score"] == 10);
@@ -82,7 +83,7 @@ TEST_CASE("a starter: every test to do, zero points") {
   ChapterRuns runs;
   runs.runs = {completed("correctness", {{"a", "todo"}, {"b", "todo"}}), not_run("timing")};
   const Verdict v = judge_chapter(chapter(), runs);
-  CHECK(v.state == "todo");
+  CHECK(v.state == ChapterState::todo);
   CHECK(v.label == "to do");
   CHECK(v.test == "a");
   CHECK(score(runs)["score"] == 0);
@@ -92,7 +93,7 @@ TEST_CASE("partial correctness earns its share; timing is gated") {
   ChapterRuns runs;
   runs.runs = {completed("correctness", {{"a", "passed"}, {"b", "failed"}, {"c", "passed"}}), not_run("timing")};
   const Verdict v = judge_chapter(chapter(), runs);
-  CHECK(v.state == "failing");
+  CHECK(v.state == ChapterState::failing);
   CHECK(v.reason == "wrong_answer");
   CHECK(v.test == "b");
   CHECK(v.hint == "the tail");
@@ -104,7 +105,7 @@ TEST_CASE("partial correctness earns its share; timing is gated") {
 TEST_CASE("some done, the rest to do: in progress") {
   ChapterRuns runs;
   runs.runs = {completed("correctness", {{"a", "passed"}, {"b", "todo"}}), not_run("timing")};
-  CHECK(judge_chapter(chapter(), runs).state == "in_progress");
+  CHECK(judge_chapter(chapter(), runs).state == ChapterState::in_progress);
   CHECK(score(runs)["score"] == 3);
 }
 
@@ -112,7 +113,7 @@ TEST_CASE("timing failing after correctness passes: 'passing correctness', timin
   ChapterRuns runs;
   runs.runs = {completed("correctness", {{"a", "passed"}}), completed("timing", {{"t1", "passed"}, {"t2", "failed"}})};
   const Verdict v = judge_chapter(chapter(), runs);
-  CHECK(v.state == "passing_correctness");
+  CHECK(v.state == ChapterState::passing_correctness);
   CHECK_FALSE(v.complete);
   CHECK(v.reason == "too_slow");
   CHECK(score(runs)["score"] == 8);
@@ -136,15 +137,16 @@ TEST_CASE("weights and pass marks shape the timing points") {
 }
 
 TEST_CASE("a crash, a hang or an untrusted report costs the chapter, with the reason") {
-  for (const std::string outcome : {"crashed", "timeout", "no_report", "invalid_report", "memory"}) {
+  for (const RunOutcome outcome : {RunOutcome::crashed, RunOutcome::timeout, RunOutcome::no_report,
+                                   RunOutcome::invalid_report, RunOutcome::memory}) {
     CAPTURE(outcome);
     ChapterRuns runs;
     TestRun r = not_run("correctness", outcome);
-    r.problem = "test_07_correctness_student: " + outcome;
+    r.problem = "test_07_correctness_student: " + to_string(outcome);
     runs.runs = {r, not_run("timing")};
     const Verdict v = judge_chapter(chapter(), runs);
-    CHECK(v.state == "failing");
-    CHECK(v.reason == outcome);
+    CHECK(v.state == ChapterState::failing);
+    CHECK(v.reason == to_string(outcome));
     CHECK_FALSE(v.hint.empty());
     const json s = score(runs);
     CHECK(s["score"] == 0);
@@ -157,7 +159,7 @@ TEST_CASE("compile errors, rejections and missing chapters score zero with their
   compile.build.attempted = true;
   compile.build.excerpt = "07_x/k.cu(3): error: expected a \";\"";
   Verdict v = judge_chapter(chapter(), compile);
-  CHECK(v.state == "compile_error");
+  CHECK(v.state == ChapterState::compile_error);
   CHECK(v.message.find("expected a") != std::string::npos);
   CHECK(score(compile)["score"] == 0);
 
@@ -166,20 +168,20 @@ TEST_CASE("compile errors, rejections and missing chapters score zero with their
   rejected.reject_reason = "calls_reference";
   rejected.reject_detail = "k.cu calls the tests' reference";
   v = judge_chapter(chapter(), rejected);
-  CHECK(v.state == "rejected");
+  CHECK(v.state == ChapterState::rejected);
   CHECK(v.reason == "calls_reference");
 
   ChapterRuns missing;
   missing.missing = true;
-  CHECK(judge_chapter(chapter(), missing).state == "missing");
+  CHECK(judge_chapter(chapter(), missing).state == ChapterState::missing);
   CHECK(score(missing)["max_score"] == 10);
 }
 
 TEST_CASE("no GPU: not gradable, never passing") {
   ChapterRuns runs;
-  runs.runs = {completed("correctness", {{"a", "skipped"}, {"b", "skipped"}}), not_run("timing", "not_gradable")};
+  runs.runs = {completed("correctness", {{"a", "skipped"}, {"b", "skipped"}}), not_run("timing", RunOutcome::not_gradable)};
   const Verdict v = judge_chapter(chapter(), runs);
-  CHECK(v.state == "not_gradable");
+  CHECK(v.state == ChapterState::not_gradable);
   CHECK_FALSE(v.gradable);
   CHECK_FALSE(v.complete);
   const json s = score(runs);
@@ -189,7 +191,7 @@ TEST_CASE("no GPU: not gradable, never passing") {
   ChapterRuns timing_only;
   timing_only.runs = {completed("correctness", {{"a", "passed"}}), completed("timing", {{"t", "skipped"}})};
   const Verdict t = judge_chapter(chapter(), timing_only);
-  CHECK(t.state == "passing_correctness");
+  CHECK(t.state == ChapterState::passing_correctness);
   CHECK_FALSE(t.gradable);
   CHECK_FALSE(t.complete);
 }
@@ -233,7 +235,7 @@ TEST_CASE("a test skipped for optional data is not counted; one skipped for lack
   correctness.cases[2].notes = {"skipped: WB_DATA_DIR is not set; set it to a directory with stories260K.bin"};
   runs.runs = {correctness, completed("timing", {{"t", "passed"}})};
   const Verdict v = judge_chapter(chapter(), runs);
-  CHECK(v.state == "passing_timing");
+  CHECK(v.state == ChapterState::passing_timing);
   CHECK(v.gradable);
   const json s = score(runs);
   CHECK(s["score"] == 10);

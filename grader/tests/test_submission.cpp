@@ -3,9 +3,10 @@
 
 #include <algorithm>
 
-#include "core/chapters.hpp"
-#include "core/submission.hpp"
-#include "core/util.hpp"
+#include "grader/chapters.hpp"
+#include "grader/grade.hpp"
+#include "grader/submission.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;
@@ -55,7 +56,7 @@ TEST_CASE("a copy of the workbook: editable files taken, edited tests ignored an
   write(sub / "tests/07_x/test_correctness.cu", "TEST_CASE(\"always passes\") {}\n");
   write(sub / "solutions/07_x/k.cu", "the reference, copied\n");
   const PreparedSubmission s = wb.prepare(sub);
-  CHECK(s.layout == "workbook");
+  CHECK(s.layout == Layout::workbook);
   CHECK(s.prefix == "");
   const auto& c7 = s.chapters.at("07");
   CHECK(c7.present);
@@ -74,13 +75,13 @@ TEST_CASE("just the chapters, with or without a wrapping directory") {
   MiniWorkbook wb;
   write(wb.dir / "bob/07_x/k.cu", "void k() { 1; }\n");
   PreparedSubmission s = wb.prepare(wb.dir / "bob");
-  CHECK(s.layout == "chapters");
+  CHECK(s.layout == Layout::chapters);
   CHECK(s.chapters.at("07").taken.size() == 1);
 
   write(wb.dir / "carol/carol-workbook/chapters/07_x/k.cu", "void k() { 2; }\n");
   write(wb.dir / "carol/carol-workbook/chapters/08_y/y.cu", "void y() { 3; }\n");
   s = wb.prepare(wb.dir / "carol");
-  CHECK(s.layout == "workbook");
+  CHECK(s.layout == Layout::workbook);
   CHECK(s.prefix == "carol-workbook/");
   CHECK(s.chapters.at("08").taken.size() == 1);
 }
@@ -154,7 +155,7 @@ TEST_CASE("an archive submission goes through the same checks") {
 TEST_CASE("scan_source: includes that reach outside, the test channel, and notes") {
   auto codes = [](const std::string& text) {
     std::vector<std::string> out;
-    for (const auto& f : scan_source(text, "07", "k.cu", {"reference.hpp"})) out.push_back(f.code + ":" + f.severity);
+    for (const auto& f : scan_source(text, "07", "k.cu", {"reference.hpp"})) out.push_back(f.code + ":" + to_string(f.severity));
     return out;
   };
   auto has = [](const std::vector<std::string>& v, const std::string& s) {
@@ -192,4 +193,18 @@ TEST_CASE("the student root is reused: unchanged files keep their time stamps, s
   write(wb.dir / "s2/chapters/07_x/k.cu", "void k() { 2; }\n");
   PreparedSubmission c = prepare_submission(wb.dir / "s2", wb.chapters, wb.trees, work, {});
   CHECK(grader_test::read(c.student_root / "07_x/k.cu") == "void k() { 2; }\n");
+}
+
+TEST_CASE("a submission that cannot be read is refused before anything is made: no logs directory") {
+  TempDir dir;
+  GradeOptions o;
+  o.source_dir = WB_SOURCE_DIR;
+  o.gpu_tests = false;
+  const auto chapters = discover_chapters(WB_SOURCE_DIR);
+  const Workspace ws{dir / "tree", dir / "build", dir / "scratch"};
+  CHECK_THROWS_AS(grade_submission(dir / "missing.zip", "x", chapters, o, ws, dir / "out/logs"), InputError);
+  write(dir / "junk.zip", "this is not an archive");
+  CHECK_THROWS_WITH_AS(grade_submission(dir / "junk.zip", "x", chapters, o, ws, dir / "out/logs"),
+                       doctest::Contains("not a valid zip or tar archive"), InputError);
+  CHECK_FALSE(fs::exists(dir / "out/logs"));
 }

@@ -1,8 +1,8 @@
 // Running a test binary and trusting (or not) its report: the channel's checks.
 #include <doctest/doctest.h>
 
-#include "core/test_run.hpp"
-#include "core/util.hpp"
+#include "grader/test_run.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;
@@ -30,7 +30,7 @@ TestRun run_as_test(const std::string& mode, double timeout = 30, const std::str
 
 TEST_CASE("an honest passing run is read back") {
   const TestRun r = run_as_test("pass");
-  CHECK(r.outcome == "completed");
+  CHECK(r.outcome == RunOutcome::completed);
   REQUIRE(r.cases.size() == 2);
   CHECK(r.cases[0].status == "passed");
   CHECK(r.seed == 1234);
@@ -40,7 +40,7 @@ TEST_CASE("an honest passing run is read back") {
 
 TEST_CASE("failures keep their message, hint and likely cause") {
   const TestRun r = run_as_test("fail");
-  REQUIRE(r.outcome == "completed");
+  REQUIRE(r.outcome == RunOutcome::completed);
   CHECK(r.cases[1].status == "failed");
   CHECK(r.cases[1].hint == "check the tail");
   CHECK(r.cases[1].reason == "wrong_answer");
@@ -50,36 +50,36 @@ TEST_CASE("failures keep their message, hint and likely cause") {
 
 TEST_CASE("starters read as to do, a machine without a GPU as skipped") {
   const TestRun todo = run_as_test("todo");
-  CHECK(todo.outcome == "completed");
+  CHECK(todo.outcome == RunOutcome::completed);
   CHECK(todo.cases[0].status == "todo");
   const TestRun skip = run_as_test("skip");
-  CHECK(skip.outcome == "completed");
+  CHECK(skip.outcome == RunOutcome::completed);
   CHECK(skip.all_skipped());
 }
 
 TEST_CASE("a report with another nonce or seed is not trusted") {
   const TestRun nonce = run_as_test("wrong-nonce");
-  CHECK(nonce.outcome == "invalid_report");
+  CHECK(nonce.outcome == RunOutcome::invalid_report);
   CHECK(nonce.problem.find("nonce") != std::string::npos);
   const TestRun seed = run_as_test("wrong-seed");
-  CHECK(seed.outcome == "invalid_report");
+  CHECK(seed.outcome == RunOutcome::invalid_report);
   CHECK(seed.problem.find("seed") != std::string::npos);
 }
 
 TEST_CASE("a run that ends early or disagrees with itself is not trusted") {
   const TestRun early = run_as_test("exit-early");
-  CHECK(early.outcome == "no_report");
+  CHECK(early.outcome == RunOutcome::no_report);
   const TestRun summary = run_as_test("no-summary");
-  CHECK(summary.outcome == "invalid_report");
+  CHECK(summary.outcome == RunOutcome::invalid_report);
   CHECK(summary.problem.find("summary") != std::string::npos);
   const TestRun exit_code = run_as_test("mismatch-exit");
-  CHECK(exit_code.outcome == "invalid_report");
+  CHECK(exit_code.outcome == RunOutcome::invalid_report);
   CHECK(exit_code.problem.find("exited with code 1") != std::string::npos);
 }
 
 TEST_CASE("a hanging test binary times out") {
   const TestRun r = run_as_test("hang", 1);
-  CHECK(r.outcome == "timeout");
+  CHECK(r.outcome == RunOutcome::timeout);
   CHECK(r.problem.find("did not finish within 1 s") != std::string::npos);
   CHECK(r.cases.empty());
 }
@@ -89,7 +89,7 @@ TEST_CASE("a binary that was not built is reported as such") {
   o.binary = "/nonexistent/test_99_correctness_student";
   o.kind = "correctness";
   o.scratch = fs::temp_directory_path();
-  CHECK(run_test_binary(o).outcome == "not_built");
+  CHECK(run_test_binary(o).outcome == RunOutcome::not_built);
 }
 
 TEST_CASE("classify_failure names the likely cause") {

@@ -1,7 +1,7 @@
 // Text and path helpers the reports depend on.
 #include <doctest/doctest.h>
 
-#include "core/util.hpp"
+#include "grader/util.hpp"
 #include "test_common.hpp"
 
 using namespace wb::grader;

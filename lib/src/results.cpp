@@ -17,13 +17,6 @@ std::string version_string(int v) {  // 13000 -> "13.0"
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 std::string host_name() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
@@ -73,7 +66,7 @@ ResultsWriter::ResultsWriter(std::string chapter, std::string build) {
   doc_ = {{"schema", "workbook-results/1"},
           {"chapter", std::move(chapter)},
           {"build", std::move(build)},
-          {"created_utc", utc_now()},
+          {"created_utc", utc_now_iso()},
           {"environment", environment_json()},
           {"results", nlohmann::json::array()}};
 }
@@ -101,6 +94,15 @@ std::filesystem::path ResultsWriter::default_path() const {
 
 void ResultsWriter::write(const std::filesystem::path& path) const {
   write_file_atomic(path, doc_.dump(1) + "\n");
+}
+
+std::string utc_now_iso() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 void write_file_atomic(const std::filesystem::path& path, const std::string& text) {

@@ -7,12 +7,12 @@
 #include "ch01_adapters.hpp"
 #include "wb/buffer.hpp"
 #include "wb/random.hpp"
+#include "wb/rubric.hpp"
 #include "wb/testing.hpp"
 #include "wb/timing.hpp"
 
 namespace {
 
-constexpr double kStudentMark = 0.50;    // of the measured copy bandwidth
 constexpr double kReferenceMark = 0.85;  // the reference stands beside cuBLAS
 
 bool is_reference_build() { return std::strcmp(ch01_build::name(), "solution") == 0; }
@@ -20,6 +20,7 @@ bool is_reference_build() { return std::strcmp(ch01_build::name(), "solution") =
 void check_bandwidth(int d, int n) {
   const std::string shape = std::to_string(d) + "x" + std::to_string(n);
   const std::string label = "ch01/timing/" + shape;
+  const double kStudentMark = wb::pass_mark("01", shape + "_fraction_of_copy");  // of the copy bandwidth (data/rubric.json)
   const std::vector<float> W_host = wb::random_uniform(std::size_t(d) * std::size_t(n), -1.0f, 1.0f, label + "/W");
   std::vector<float> x_host = wb::random_uniform(std::size_t(n), -1.0f, 1.0f, label + "/x");
   wb::DeviceBuffer<float> W{std::span<const float>(W_host)}, x{std::span<const float>(x_host)}, y{std::size_t(d)};

@@ -88,7 +88,7 @@ def main() -> int:
         check("a student file with baselines only is written and reads as to do",
               (results / "05_fused_gelu-student.json").is_file()
               and "has baselines only: your code is not implemented yet (bench_05: fused: not implemented yet" in out, out)
-        check("a crash names the signal", "killed by signal 11" in out, out)
+        check("a crash names the signal", "killed by SIGSEGV" in out, out)
         check("a hang is stopped at --timeout", "timed out" in out, out)
         check("a bench program that does not exist is named",
               "bench_01_solution does not exist" in out, out)

@@ -38,6 +38,9 @@ class ResultsWriter {
   nlohmann::json doc_;
 };
 
+// "2026-11-24T03:26:30Z": the timestamp of results files, reports and rendered pages.
+std::string utc_now_iso();
+
 // Atomic write of any text (used for every file the workbook writes).
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
