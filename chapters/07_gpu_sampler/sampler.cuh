@@ -67,8 +67,11 @@ struct SamplingParams {
   std::uint64_t step = 0;    // which call in that stream (a decoding step, a denoising step)
 };
 
-// Whether a call draws at all (rule 1): greedy and top_k == 1 are the argmax.
-inline bool is_greedy(const SamplingParams& p) { return p.temperature == 0.0f || p.top_k == 1; }
+// Whether a call draws at all (rule 1): greedy and top_k == 1 are the argmax. (Host and
+// device: a kernel that gets the params by value can ask too.)
+__host__ __device__ inline bool is_greedy(const SamplingParams& p) {
+  return p.temperature == 0.0f || p.top_k == 1;
+}
 
 // Rule 4: the uniform number in (0, 1] that row `row` of call `step` draws with. Philox's
 // 128-bit counter is (step, 4 * row) through curand_init's subsequence and offset, which for
