@@ -42,7 +42,8 @@
 //   6. Bad arguments throw std::invalid_argument naming the function and the argument
 //      (check_sampling_args below): rows < 0, vocab < 1, T < 0 or not finite, top_k < 0,
 //      top_p outside (0, 1] or NaN, null pointers when rows > 0; for the step 2 and step 3
-//      objects also rows > max_rows (and, for step 3, a kept set it cannot hold: see there).
+//      objects also rows > max_rows (and, for step 3, a kept set it cannot hold: see there);
+//      for sample_fused also workspace_bytes < fused_sampler_workspace_bytes(rows, vocab).
 //   7. The GPU sampler (step 4) enqueues everything on `stream` and returns without waiting:
 //      no synchronization, no allocation, no host<->device copies; its scratch memory is the
 //      caller's workspace. It can be captured in a CUDA graph.
