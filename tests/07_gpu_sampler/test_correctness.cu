@@ -5,8 +5,8 @@
 //
 // Exact where the contract is exact: greedy and top_k == 1 against the double-precision
 // argmax (lowest index on planted ties), confidences against the double softmax. Statistical
-// where it is about a distribution: over 10^4 to 10^5 draws (rows x steps: every (step, row)
-// has its own Philox number), no token outside the exact kept set, and a chi-square
+// where it is about a distribution: over up to 10^5 draws (rows x steps: every (step, row)
+// has its own Philox number; see draws_for), no token outside the exact kept set, and a chi-square
 // goodness-of-fit against the exact renormalized distribution. The statistical tests use
 // FIXED logits and seeds (not WB_SEED), so the suite is deterministic: a correct sampler
 // either passes them or fails them every time, and its chance of failing one at the
