@@ -15,17 +15,24 @@
 //   1. Greedy (T == 0) and top_k == 1 return the argmax of the row, the LOWEST index on ties,
 //      and never draw a random number.
 //   2. Otherwise the distribution is p = softmax(logits / T) over the whole row. Order the
-//      tokens by p descending, ties by lower index. top_k keeps the first k (k >= vocab keeps
-//      all). top_p then keeps the SHORTEST prefix of what is left whose mass, renormalized
-//      over what top_k kept, reaches top_p; it never keeps fewer than one token. The token
-//      is drawn with probability proportional to p among the kept tokens, nothing else.
+//      tokens by p descending, ties by lower index (T > 0 keeps the order of the logits, so
+//      this is the logits' own order: exact, whatever rounding logits / T suffers). top_k
+//      keeps the first k (k >= vocab keeps all). top_p then keeps the SHORTEST prefix of
+//      what is left whose mass, renormalized over what top_k kept, reaches top_p: the first
+//      n with p_1 + ... + p_n >= top_p * (p_1 + ... + p_K); it never keeps fewer than one
+//      token. The token is drawn with probability proportional to p among the kept tokens,
+//      nothing else (a kept token of probability 0, a masked one, is never drawn).
 //   3. confidence[r] = p(token) under softmax(logits / T) over the WHOLE row (not the kept
-//      set), with T = 1 when greedy. It is what a diffusion decoder ranks positions by.
+//      set), with T = 1 when the temperature is 0 (top_k == 1 with T > 0 uses that T). It is
+//      what a diffusion decoder ranks positions by.
 //   4. Randomness: the one uniform number that row r's draw uses is draw_uniform(seed, step,
 //      r) below: cuRAND's counter-based Philox generator, keyed by the seed, with the step
 //      and the row as its counter. The same (seed, step, logits, params) gives the same
 //      tokens on every run and every launch configuration; another step or another row gets
-//      an independent number. No host RNG, no state kept between calls.
+//      an independent number. No host RNG, no state kept between calls. How the number
+//      picks a kept token (walking them in probability order, or in index order) is each
+//      implementation's choice: only the distribution is specified, so two correct
+//      implementations may return different tokens for the same number.
 //   5. Bad rows have defined results, never a token outside [0, vocab):
 //        - a row with a NaN logit:           token = -1, confidence = NaN (the row is garbage:
 //                                            say so loudly rather than pick something);
@@ -34,7 +41,9 @@
 //        - +inf logits are treated like NaN (the softmax is undefined).
 //   6. Bad arguments throw std::invalid_argument naming the function and the argument
 //      (check_sampling_args below): rows < 0, vocab < 1, T < 0 or not finite, top_k < 0,
-//      top_p outside (0, 1] or NaN, null pointers when rows > 0.
+//      top_p outside (0, 1] or NaN, null pointers when rows > 0; for the step 2 and step 3
+//      objects also rows > max_rows (and, for step 3, a kept set it cannot hold: see there);
+//      for sample_fused also workspace_bytes < fused_sampler_workspace_bytes(rows, vocab).
 //   7. The GPU sampler (step 4) enqueues everything on `stream` and returns without waiting:
 //      no synchronization, no allocation, no host<->device copies; its scratch memory is the
 //      caller's workspace. It can be captured in a CUDA graph.
@@ -59,8 +68,11 @@ struct SamplingParams {
   std::uint64_t step = 0;    // which call in that stream (a decoding step, a denoising step)
 };
 
-// Whether a call draws at all (rule 1): greedy and top_k == 1 are the argmax.
-inline bool is_greedy(const SamplingParams& p) { return p.temperature == 0.0f || p.top_k == 1; }
+// Whether a call draws at all (rule 1): greedy and top_k == 1 are the argmax. (Host and
+// device: a kernel that gets the params by value can ask too.)
+__host__ __device__ inline bool is_greedy(const SamplingParams& p) {
+  return p.temperature == 0.0f || p.top_k == 1;
+}
 
 // Rule 4: the uniform number in (0, 1] that row `row` of call `step` draws with. Philox's
 // 128-bit counter is (step, 4 * row) through curand_init's subsequence and offset, which for
@@ -105,7 +117,8 @@ class SortThenCpuSampler {
   void sample(const float* logits, int rows, const SamplingParams& params, int* tokens,
               float* confidence, cudaStream_t stream);
 
-  // Bytes this object copies device-to-host per row (the tests check them with CUPTI).
+  // Bytes this object copies device-to-host per row (the tests count the copies with CUPTI
+// and compare).
   std::size_t d2h_bytes_per_row() const;
 
  private:
@@ -121,10 +134,13 @@ class SortThenCpuSampler {
 // The report's 5.5x.
 //
 // It is exact, not an approximation: the candidates are the first kMaxCandidates of the
-// sorted order, so they hold the whole kept set whenever top_k is between 1 and
-// kMaxCandidates, or the top_p nucleus fits in them. When it does not (top_k == 0 or larger,
-// and a top_p so flat that its nucleus is longer), sample() throws std::invalid_argument
-// saying so; step 4 has no such limit.
+// sorted order (with their probabilities under the whole row's softmax), so they hold the
+// whole kept set whenever top_k is between 1 and kMaxCandidates, or top_k is off (0 or
+// >= vocab) and the top_p nucleus fits in them. sample() throws std::invalid_argument, saying
+// which, when it cannot be exact: top_k between kMaxCandidates and vocab (renormalizing
+// top_p needs the mass of all k), top_k off with top_p == 1 on a row longer than
+// kMaxCandidates (every token is kept), or a nucleus longer than kMaxCandidates (found
+// after the copy: the rows are checked before any token is written). Step 4 has no limit.
 class TopCandidatesSampler {
  public:
   static constexpr int kMaxCandidates = 1024;

@@ -1,0 +1,1190 @@
+// Chapter 07 correctness: every point of sampler.cuh's contract, checked on every step it
+// applies to (step 1 the CPU sampler, step 2 SortThenCpuSampler, step 3
+// TopCandidatesSampler, step 4 sample_fused), each step in its own test cases so that a step
+// not written yet reads "to do" without hiding the others.
+//
+// Exact where the contract is exact: greedy and top_k == 1 against the double-precision
+// argmax (lowest index on planted ties), confidences against the double softmax. Statistical
+// where it is about a distribution: over up to 10^5 draws (rows x steps: every (step, row)
+// has its own Philox number; see draws_for), no token outside the exact kept set, and a chi-square
+// goodness-of-fit against the exact renormalized distribution. The statistical tests use
+// FIXED logits and seeds (not WB_SEED), so the suite is deterministic: a correct sampler
+// either passes them or fails them every time, and its chance of failing one at the
+// significance used (1e-7 per test) is negligible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "reference.hpp"
+#include "runner.cuh"
+#include "sampler.cuh"
+#include "wb/api_counter.hpp"
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+#include "wb/not_implemented.hpp"
+#include "wb/random.hpp"
+#include "wb/testing.hpp"
+
+namespace {
+
+using ch07::SamplingParams;
+using ch07::testing::Draws;
+using ch07::testing::Runner;
+using ch07::testing::Step;
+using ch07::testing::step_name;
+namespace ref = ch07::reference;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// Confidences: fp32 exp and sums against the double reference, on logits of magnitude < 40.
+constexpr double kConfidenceRtol = 1e-4;
+constexpr double kConfidenceAtol = 1e-12;
+// Chi-square significance per test. A correct sampler fails a given test with probability
+// 1e-7; the suite has fewer than 100 such tests.
+constexpr double kAlpha = 1e-7;
+// The band at the top_p boundary: a token whose inclusion changes when top_p moves by this
+// relative amount may go either way (fp32 sums on the GPU).
+constexpr float kTopPBand = 1e-4f;
+
+std::string shape_of(int rows, int vocab) {
+  return std::to_string(rows) + "x" + std::to_string(vocab);
+}
+
+std::string params_of(const SamplingParams& p) {
+  std::ostringstream s;
+  s << "T = " << p.temperature << ", top_k = " << p.top_k << ", top_p = " << p.top_p
+    << ", seed = " << p.seed << ", step = " << p.step;
+  return s.str();
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows of logits.
+
+std::vector<float> normal_row(int vocab, float sigma, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> row(vocab);
+  for (float& x : row) x = normal(rng);
+  return row;
+}
+
+// `count` tokens at random positions get the row's max: ties the argmax must break by index.
+void plant_max_ties(std::vector<float>& row, int count, std::mt19937_64& rng) {
+  const float top = *std::max_element(row.begin(), row.end());
+  std::uniform_int_distribution<int> pick(0, static_cast<int>(row.size()) - 1);
+  for (int i = 0; i < count; ++i) row[pick(rng)] = top;
+}
+
+// `head` random tokens raised by `boost`: a peaked row with a long tail.
+void boost_head(std::vector<float>& row, int head, float boost, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> pick(0, static_cast<int>(row.size()) - 1);
+  for (int i = 0; i < head; ++i) row[pick(rng)] += boost;
+}
+
+void mask_some(std::vector<float>& row, double fraction, std::mt19937_64& rng) {
+  std::bernoulli_distribution masked(fraction);
+  const int keep = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+  for (int i = 0; i < static_cast<int>(row.size()); ++i)
+    if (i != keep && masked(rng)) row[i] = -kInf;
+}
+
+std::vector<float> repeat_rows(const std::vector<float>& row, int rows) {
+  std::vector<float> all;
+  all.reserve(row.size() * rows);
+  for (int r = 0; r < rows; ++r) all.insert(all.end(), row.begin(), row.end());
+  return all;
+}
+
+// The top_p that makes the nucleus exactly `n` tokens of what top_k keeps, in the middle of
+// its interval (so no rounding can move the boundary: the band never matters for it).
+float top_p_for_nucleus(const std::vector<float>& row, SamplingParams params, int n) {
+  params.top_p = 1.0f;
+  const ref::KeptSet all = ref::kept_set(row.data(), static_cast<int>(row.size()), params);
+  std::vector<int> ranked = ref::ranked_tokens(row.data(), static_cast<int>(row.size()), n);
+  const std::vector<double> p =
+      ref::probabilities(row.data(), static_cast<int>(row.size()), params.temperature);
+  double before = 0;
+  for (int i = 0; i + 1 < n; ++i) before += p[ranked[i]];
+  const double through = before + p[ranked[n - 1]];
+  return static_cast<float>((before + through) / 2 / all.top_k_mass);
+}
+
+// ---------------------------------------------------------------------------------------
+// What the contract says about one row.
+
+// Softmax statistics of a row at one temperature, in double: p(i) = exp(x_i / T - max) / sum.
+struct RowSoftmax {
+  double t = 1, max = 0, sum = 1;
+  double p(const float* row, int i) const { return std::exp(row[i] / t - max) / sum; }
+};
+
+RowSoftmax softmax_of(const float* row, int vocab, double t) {
+  RowSoftmax s;
+  s.t = t;
+  s.max = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < vocab; ++i) s.max = std::max(s.max, row[i] / t);
+  s.sum = 0;
+  for (int i = 0; i < vocab; ++i) s.sum += std::exp(row[i] / t - s.max);
+  return s;
+}
+
+struct Expected {
+  bool bad = false;
+  RowSoftmax at_t;             // the confidence's softmax (T, or 1 when greedy)
+  RowSoftmax at_one;           // the same row at T = 1 (to recognize an ignored temperature)
+  ref::KeptSet kept;           // the exact kept set
+  std::vector<char> allowed;   // kept, widened by the top_p band
+};
+
+Expected expected_for(const float* row, int vocab, const SamplingParams& params) {
+  Expected e;
+  e.bad = ref::is_bad_row(row, vocab);
+  if (e.bad) return e;
+  e.at_t = softmax_of(row, vocab, ref::confidence_temperature(params));
+  e.at_one = e.at_t.t == 1.0 ? e.at_t : softmax_of(row, vocab, 1.0);
+  e.kept = ref::kept_set(row, vocab, params);
+  e.allowed.assign(vocab, 0);
+  for (int t : e.kept.tokens) e.allowed[t] = 1;
+  if (!ch07::is_greedy(params) && params.top_p < 1.0f) {
+    SamplingParams loose = params;
+    loose.top_p = std::min(1.0f, params.top_p * (1.0f + kTopPBand));
+    for (int t : ref::kept_set(row, vocab, loose).tokens) e.allowed[t] = 1;
+  }
+  for (int t = 0; t < vocab; ++t)
+    if (row[t] == -kInf) e.allowed[t] = 0;  // kept perhaps, but never drawn (probability 0)
+  return e;
+}
+
+// expected_for of every row of a batch, the rows spread over the CPU's threads.
+std::vector<Expected> expected_rows(const std::vector<float>& logits, int rows, int vocab,
+                                    const SamplingParams& params) {
+  std::vector<Expected> expected(rows);
+  const int threads = std::min(rows, ch07::testing::cpu_threads());
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int r = t; r < rows; r += threads)
+        expected[r] = expected_for(logits.data() + static_cast<std::size_t>(r) * vocab, vocab, params);
+    });
+  for (std::thread& w : workers) w.join();
+  return expected;
+}
+
+bool close_to(double got, double want, double rtol) {
+  return std::abs(got - want) <= kConfidenceAtol + rtol * std::abs(want);
+}
+
+// A sampled token's confidence that matches softmax(logits) at T = 1 and not at T: the
+// temperature was ignored (it shows in the confidence, whatever it did to the draw).
+bool temperature_ignored(const Expected& e, const float* row, int token, float confidence) {
+  return e.at_t.t != 1.0 && close_to(confidence, e.at_one.p(row, token), 1e-3) &&
+         !close_to(confidence, e.at_t.p(row, token), 1e-3);
+}
+
+const char* kTemperatureIgnored =
+    "the temperature was ignored: the confidence is the token's probability under "
+    "softmax(logits) at T = 1.\nhint: divide the logits by T before everything else (T = 0 "
+    "means greedy; otherwise every probability is exp(x / T - max) / sum), in the draw and in "
+    "the confidence.";
+
+// The 0-based rank of `token` in rule 2's order.
+int rank_of(const float* row, int vocab, int token) {
+  int rank = 0;
+  for (int i = 0; i < vocab; ++i)
+    rank += row[i] > row[token] || (row[i] == row[token] && i < token);
+  return rank;
+}
+
+// A token outside the kept set: which known mistake explains it.
+std::string diagnose_outside(const float* row, int vocab, const SamplingParams& params, int token) {
+  if (token == ch07::testing::kPoisonToken)
+    return "the token was never written (it still holds the poison the test filled it with)."
+           "\nhint: write tokens[r] and confidence[r] for every row r < rows.";
+  if (token < 0 || token >= vocab)
+    return "rule 5: a token is always in [0, vocab) for a good row, got " + std::to_string(token) +
+           ".\nhint: -1 is only for bad rows (a NaN or +inf logit, or all -inf); a draw that "
+           "runs off the end of its candidates must stop at the last one.";
+  if (row[token] == -kInf)
+    return "rule 5: drew token " + std::to_string(token) +
+           ", a masked token (logit -inf, probability exactly 0).\nhint: a masked token may "
+           "be in the kept set but can never be drawn: the draw must pass over probability "
+           "0 (compare cumulative >= target only on a token with p > 0).";
+  const int rank = rank_of(row, vocab, token);
+  const int k = (params.top_k == 0 || params.top_k >= vocab) ? vocab : params.top_k;
+  if (rank == k && !ch07::is_greedy(params))
+    return "rule 2 (top_k): drew token " + std::to_string(token) + ", ranked " +
+           std::to_string(rank + 1) + ": top_k = " + std::to_string(k) +
+           " keeps exactly k tokens, this is one too many (an off-by-one at the top-k "
+           "boundary).\nhint: ranks are 0-based: keep rank < k, not rank <= k.";
+  if (rank > k)
+    return "rule 2 (top_k): drew token " + std::to_string(token) + ", ranked " +
+           std::to_string(rank + 1) + ", but top_k = " + std::to_string(k) +
+           ".\nhint: the kept set is the first k of the order by logit, descending.";
+  // Inside top_k, outside the nucleus: was top_p measured against the whole row?
+  SamplingParams whole = params;
+  whole.top_k = 0;
+  const ref::KeptSet nucleus_of_row = ref::kept_set(row, vocab, whole);
+  if (rank < static_cast<int>(nucleus_of_row.tokens.size()) && k < vocab)
+    return "rule 2 (top_p after top_k): drew token " + std::to_string(token) + ", ranked " +
+           std::to_string(rank + 1) +
+           ", which only a nucleus measured against the WHOLE row's mass keeps: top_p must be "
+           "renormalized over what top_k kept (top_p not renormalized after top_k, or top_p "
+           "applied before top_k).\nhint: the target is top_p * (p_1 + ... + p_k), not top_p.";
+  return "rule 2 (top_p): drew token " + std::to_string(token) + ", ranked " +
+         std::to_string(rank + 1) + ", outside the top_p = " + std::to_string(params.top_p) +
+         " nucleus.\nhint: the nucleus is the SHORTEST prefix whose mass reaches top_p times "
+         "the top-k mass; the token that crosses the target is the last one kept.";
+}
+
+// Rule 3's confidence for a token drawn from a good row; empty when right.
+std::string check_confidence(const Expected& e, const float* row, int token, float confidence) {
+  const double want = e.at_t.p(row, token);
+  if (close_to(confidence, want, kConfidenceRtol)) return "";
+  std::ostringstream s;
+  s << "rule 3: confidence of token " << token << " is " << confidence << ", expected "
+    << want << " (its probability under softmax(logits / T) over the whole row)";
+  if (temperature_ignored(e, row, token, confidence)) {
+    s << "; " << kTemperatureIgnored;
+    return s.str();
+  }
+  if (e.kept.mass > 0 && e.kept.mass < 0.999 && close_to(confidence, want / e.kept.mass, 1e-3))
+    s << ". It matches the probability renormalized over the kept set: the confidence is "
+         "over the WHOLE row, not the kept set.";
+  s << "\nhint: confidence = exp(z_token - max z) / sum exp(z - max z), z = logits / T "
+       "(T = 1 when greedy): the same numbers the softmax computed, before any filtering.";
+  return s.str();
+}
+
+// Every row of one call: bad rows (rule 5), membership (rules 1, 2), confidence (rule 3).
+// Returns the first problem, empty when all is well.
+std::string check_draws(const std::vector<float>& logits, int vocab, const SamplingParams& params,
+                        const std::vector<Expected>& expected, const Draws& d) {
+  for (std::size_t r = 0; r < d.tokens.size(); ++r) {
+    const Expected& e = expected[expected.size() == 1 ? 0 : r];
+    const float* row = logits.data() + (expected.size() == 1 ? 0 : r * vocab);
+    const int token = d.tokens[r];
+    const std::string where = "row " + std::to_string(r) + ": ";
+    if (e.bad) {
+      if (token != -1 || !std::isnan(d.confidence[r]))
+        return where + "rule 5: a row with a NaN or +inf logit, or only -inf logits, gives "
+                       "token -1 and confidence NaN; got token " + std::to_string(token) +
+               ", confidence " + std::to_string(d.confidence[r]) +
+               ".\nhint: check the row before sampling it (isnan, x == +inf, max == -inf); "
+               "fmaxf skips a NaN silently.";
+      continue;
+    }
+    if (token < 0 || token >= vocab || !e.allowed[token]) {
+      if (ch07::is_greedy(params) && token >= 0 && token < vocab && token != e.kept.tokens[0] &&
+          row[token] == row[e.kept.tokens[0]])
+        return where + "rule 1: greedy returns the argmax with the LOWEST index on ties: got " +
+               std::to_string(token) + ", expected " + std::to_string(e.kept.tokens[0]) +
+               " (same logit " + std::to_string(row[token]) +
+               ").\nhint: when two values tie, keep the smaller index (in the reduction too: "
+               "compare (value, index) pairs).";
+      if (ch07::is_greedy(params) && token >= 0 && token < vocab)
+        return where + "rule 1: greedy (T = 0 or top_k = 1) returns the argmax: got " +
+               std::to_string(token) + " (logit " + std::to_string(row[token]) +
+               "), expected " + std::to_string(e.kept.tokens[0]) + " (logit " +
+               std::to_string(row[e.kept.tokens[0]]) + ").\nhint: no draw at all when greedy.";
+      if (token >= 0 && token < vocab && temperature_ignored(e, row, token, d.confidence[r]))
+        return where + "drew token " + std::to_string(token) + ", outside the kept set, and " +
+               kTemperatureIgnored;
+      return where + diagnose_outside(row, vocab, params, token);
+    }
+    const std::string c = check_confidence(e, row, token, d.confidence[r]);
+    if (!c.empty()) return where + c;
+  }
+  return "";
+}
+
+std::string failure_head(Step step, const std::string& what, int rows, int vocab,
+                         const SamplingParams& params) {
+  return std::string("ch07 ") + step_name(step) + ", " + what + ", " + shape_of(rows, vocab) +
+         ", " + params_of(params) + ", test seed " + std::to_string(wb::base_seed()) + ": ";
+}
+
+void check_integrity(Runner& runner, Step step, const std::string& what) {
+  const std::string broken = runner.integrity();
+  if (!broken.empty())
+    FAIL_CHECK("ch07 " << step_name(step) << ", " << what << ", "
+                       << shape_of(runner.rows(), runner.vocab()) << ": " << broken
+                       << "\nhint: the logits are const: keep logits / T in your own buffer; "
+                          "write tokens[r] and confidence[r] only for r < rows, and nothing "
+                          "past the end of the workspace.");
+}
+
+// ---------------------------------------------------------------------------------------
+// Greedy: exact.
+
+struct Shape {
+  int rows, vocab;
+};
+
+// The logits of a batch, drawn once per process and label (256 x 151936 normal floats take
+// most of a second to draw; every step reuses them).
+const std::vector<float>& batch_logits(const std::string& label, Shape s, float sigma,
+                                       int planted_ties, int head, float boost) {
+  static std::map<std::string, std::vector<float>> cache;
+  auto it = cache.find(label);
+  if (it != cache.end()) return it->second;
+  std::mt19937_64 rng = wb::rng_for(label);
+  std::vector<float> logits;
+  logits.reserve(static_cast<std::size_t>(s.rows) * s.vocab);
+  for (int r = 0; r < s.rows; ++r) {
+    std::vector<float> row = normal_row(s.vocab, sigma, rng);
+    if (planted_ties > 0) plant_max_ties(row, r % planted_ties, rng);
+    if (head > 0) boost_head(row, head, boost, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return cache[label] = std::move(logits);
+}
+
+const std::vector<Shape> kShapes = {{1, 1},     {1, 2},      {3, 5},       {2, 31},
+                                    {7, 1000},  {17, 1025},  {64, 32000},  {2, 4097},
+                                    {1, 151936}, {16, 151936}, {5, 151937}, {256, 151936}};
+
+void greedy_on_every_shape(Step step) {
+  for (const Shape s : kShapes) {
+    // 0, 1 or 2 extra copies of each row's max: ties the argmax breaks by the lowest index.
+    const std::vector<float>& logits =
+        batch_logits("ch07/greedy/" + shape_of(s.rows, s.vocab), s, 3.0f, 3, 0, 0.0f);
+    std::vector<Expected> expected;
+    Runner runner(step, logits, s.rows, s.vocab);
+    for (const SamplingParams params :
+         {SamplingParams{0.0f, 0, 1.0f, 1, 0}, SamplingParams{0.7f, 1, 0.5f, 2, 3}}) {
+      expected = expected_rows(logits, s.rows, s.vocab, params);
+      const Draws d = runner.run(params);
+      const std::string failure = check_draws(logits, s.vocab, params, expected, d);
+      if (!failure.empty()) {
+        FAIL_CHECK(failure_head(step, "greedy", s.rows, s.vocab, params) << failure);
+        return;
+      }
+    }
+    check_integrity(runner, step, "greedy");
+  }
+}
+
+// Sampling on every shape: a few calls each, every token in its row's kept set.
+void sampling_on_every_shape(Step step) {
+  for (const Shape s : kShapes) {
+    // A head of 20 likely tokens: step 3's nucleus fits in its candidates.
+    const std::vector<float>& logits =
+        batch_logits("ch07/sampling/" + shape_of(s.rows, s.vocab), s, 2.0f, 0, 20, 6.0f);
+    Runner runner(step, logits, s.rows, s.vocab);
+    const SamplingParams params{0.8f, 50, 0.9f, 7, 0};
+    const std::vector<Expected> expected = expected_rows(logits, s.rows, s.vocab, params);
+    for (std::uint64_t call = 0; call < 3; ++call) {
+      SamplingParams p = params;
+      p.step = call;
+      const std::string failure = check_draws(logits, s.vocab, p, expected, runner.run(p));
+      if (!failure.empty()) {
+        FAIL_CHECK(failure_head(step, "sampling", s.rows, s.vocab, p) << failure);
+        return;
+      }
+    }
+    check_integrity(runner, step, "sampling");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Distributions: many draws of one row (copied into every row of the batch).
+
+// Upper tail of the chi-square distribution: Q(df / 2, x / 2), the regularized upper
+// incomplete gamma function (series below a + 1, continued fraction above).
+double chi_square_p_value(double x, int df) {
+  const double a = df / 2.0, z = x / 2.0;
+  if (z <= 0) return 1.0;
+  const double log_front = -z + a * std::log(z) - std::lgamma(a);
+  if (z < a + 1) {
+    double term = 1.0 / a, sum = term;
+    for (int n = 1; n < 100000 && term > sum * 1e-16; ++n) {
+      term *= z / (a + n);
+      sum += term;
+    }
+    return std::max(0.0, 1.0 - sum * std::exp(log_front));
+  }
+  const double tiny = 1e-300;
+  double b = z + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+  for (int i = 1; i < 100000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::abs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (std::abs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::abs(delta - 1) < 1e-16) break;
+  }
+  return std::exp(log_front) * h;
+}
+
+struct Fit {
+  double statistic = 0, p_value = 1;
+  int cells = 0;
+  std::string worst;  // the cells furthest from expectation
+};
+
+// Chi-square of observed counts against N * q (q over the kept tokens, renormalized). Cells
+// expected below 5 draws are pooled (in rank order, so the tail forms one cell).
+Fit chi_square(const std::map<int, long long>& counts, const ref::KeptSet& kept, long long n) {
+  struct Cell {
+    double expected = 0;
+    long long observed = 0;
+    std::string name;
+  };
+  std::vector<Cell> cells;
+  Cell pool{0, 0, "the pooled tail"};
+  for (std::size_t i = 0; i < kept.tokens.size(); ++i) {
+    const double e = n * kept.p[i] / kept.mass;
+    const auto it = counts.find(kept.tokens[i]);
+    const long long o = it == counts.end() ? 0 : it->second;
+    if (e >= 5) {
+      cells.push_back({e, o, "token " + std::to_string(kept.tokens[i]) + " (rank " +
+                                 std::to_string(i + 1) + ")"});
+    } else {
+      pool.expected += e;
+      pool.observed += o;
+    }
+  }
+  if (pool.expected >= 5 || cells.empty()) cells.push_back(pool);
+  else if (pool.expected > 0 || pool.observed > 0) {
+    cells.back().expected += pool.expected;
+    cells.back().observed += pool.observed;
+    cells.back().name += " + the pooled tail";
+  }
+  Fit fit;
+  fit.cells = static_cast<int>(cells.size());
+  std::vector<std::pair<double, std::string>> terms;
+  for (const Cell& c : cells) {
+    const double term = (c.observed - c.expected) * (c.observed - c.expected) / c.expected;
+    fit.statistic += term;
+    std::ostringstream s;
+    s << c.name << ": observed " << c.observed << ", expected " << c.expected;
+    terms.push_back({term, s.str()});
+  }
+  fit.p_value = fit.cells > 1 ? chi_square_p_value(fit.statistic, fit.cells - 1) : 1.0;
+  std::sort(terms.rbegin(), terms.rend());
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, terms.size()); ++i)
+    fit.worst += (i ? "; " : "") + terms[i].second;
+  return fit;
+}
+
+struct DistributionCase {
+  std::string name;
+  std::vector<float> row;
+  SamplingParams params;
+};
+
+// How many draws each step gets: 10^5 where a draw is cheap (steps 3 and 4; the GPU does the
+// row-wide work, and the chapter's known-wrong versions are step 3's); fewer for the steps
+// whose CPU half touches every logit of every draw (steps 1 and 2), most of all on
+// 151936-wide rows. Their chi-square is weaker there but
+// still exact (the same significance); the suite must run in seconds, many times over (once
+// per known-wrong version).
+long long draws_for(Step step, int vocab) {
+  if (vocab < 20000) {
+    if (step == Step::SortThenCpu || step == Step::Cpu) return 12800;  // their CPU half is slow
+    return 102400;
+  }
+  switch (step) {
+    case Step::Fused: return 102400;
+    case Step::TopCandidates: return 20480;
+    case Step::Cpu: return 2048;
+    default: return 512;
+  }
+}
+
+void check_distribution(Step step, const DistributionCase& c) {
+  const int vocab = static_cast<int>(c.row.size());
+  const long long n = draws_for(step, vocab);
+  const int rows = static_cast<int>(std::min<long long>(256, n));
+  const int calls = static_cast<int>(n / rows);
+  Runner runner(step, repeat_rows(c.row, rows), rows, vocab);
+  const Expected e = expected_for(c.row.data(), vocab, c.params);
+  std::map<int, long long> counts;
+  const std::vector<float> one_row = c.row;
+  for (int call = 0; call < calls; ++call) {
+    SamplingParams p = c.params;
+    p.step = static_cast<std::uint64_t>(call);
+    const Draws d = runner.run(p);
+    const std::string failure = check_draws(one_row, vocab, p, {e}, d);
+    if (!failure.empty()) {
+      FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, p) << failure);
+      return;
+    }
+    for (int t : d.tokens) ++counts[t];
+  }
+  const Fit fit = chi_square(counts, e.kept, static_cast<long long>(calls) * rows);
+  wb::testing::record_metric("chi2_p_" + c.name, fit.p_value);
+  if (fit.p_value < kAlpha) {
+    std::ostringstream s;
+    s << failure_head(step, "distribution of " + c.name, rows, vocab, c.params)
+      << "rule 2: over " << calls * rows << " draws the tokens do not follow the exact "
+      << "distribution (p renormalized over the kept set): chi-square " << fit.statistic
+      << " on " << fit.cells - 1 << " degrees of freedom, p-value " << fit.p_value << " < "
+      << kAlpha << ". Furthest cells: " << fit.worst << ".";
+    // Which known mistake fits instead?
+    SamplingParams at_one = c.params;
+    at_one.temperature = 1.0f;
+    const Fit untempered = chi_square(counts, ref::kept_set(c.row.data(), vocab, at_one),
+                                      static_cast<long long>(calls) * rows);
+    if (c.params.temperature != 1.0f && untempered.p_value > 1e-3)
+      s << " The draws fit softmax(logits) at T = 1 instead (p-value " << untempered.p_value
+        << "): the temperature was ignored.\nhint: the distribution is softmax(logits / T).";
+    else
+      s << "\nhint: draw with ONE uniform u per (row, step): the first kept token whose running "
+           "mass reaches u * (kept mass); every kept token in proportion to its p, masked "
+           "ones never; a different u for every row and every step.";
+    FAIL_CHECK(s.str());
+  }
+  check_integrity(runner, step, "distribution of " + c.name);
+}
+
+std::vector<DistributionCase> distribution_cases() {
+  std::vector<DistributionCase> cases;
+  std::mt19937_64 rng(0x5A3C1D07ull);  // fixed: the suite is deterministic
+  {  // peaked: one token dominant, a few strong ones, a tail
+    std::vector<float> row = normal_row(1000, 1.0f, rng);
+    boost_head(row, 6, 4.0f, rng);
+    row[417] = 9.0f;
+    cases.push_back({"a peaked row", row, SamplingParams{1.0f, 0, 1.0f, 11, 0}});
+  }
+  {  // flat: 300 nearly equal tokens
+    cases.push_back({"a flat row", normal_row(300, 0.1f, rng), SamplingParams{1.0f, 0, 1.0f, 12, 0}});
+  }
+  {  // temperature: T = 0.5 and T = 2 on the same row, nothing filtered
+    const std::vector<float> row = normal_row(200, 1.0f, rng);
+    cases.push_back({"a row at T = 0.5", row, SamplingParams{0.5f, 0, 1.0f, 13, 0}});
+    cases.push_back({"a row at T = 2", row, SamplingParams{2.0f, 0, 1.0f, 14, 0}});
+  }
+  {  // top_k and top_p together (the issue's setting), on a narrow row
+    std::vector<float> row = normal_row(2000, 1.5f, rng);
+    SamplingParams p{1.0f, 50, 1.0f, 15, 0};
+    p.top_p = top_p_for_nucleus(row, p, 30);
+    cases.push_back({"top_k 50 + top_p (30 kept)", row, p});
+  }
+  {  // masked entries: half the row -inf, top_k larger than what is finite in its prefix
+    std::vector<float> row = normal_row(400, 1.0f, rng);
+    mask_some(row, 0.5, rng);
+    cases.push_back({"a half-masked row", row, SamplingParams{1.3f, 0, 1.0f, 16, 0}});
+  }
+  {  // 151936 wide, a head and a long tail: top_k 50 + top_p at T = 0.7
+    std::vector<float> row = normal_row(151936, 1.5f, rng);
+    boost_head(row, 300, 9.0f, rng);
+    SamplingParams p{0.7f, 50, 1.0f, 17, 0};
+    p.top_p = top_p_for_nucleus(row, p, 40);
+    cases.push_back({"a 151936-wide long-tail row, top_k 50 + top_p", row, p});
+  }
+  {  // 151936 wide, top_p alone (nucleus of a few hundred: fits step 3's candidates)
+    std::vector<float> row = normal_row(151936, 1.0f, rng);
+    boost_head(row, 400, 11.0f, rng);
+    SamplingParams p{1.0f, 0, 1.0f, 18, 0};
+    p.top_p = top_p_for_nucleus(row, p, 250);
+    cases.push_back({"a 151936-wide row, top_p alone", row, p});
+  }
+  return cases;
+}
+
+void distributions(Step step) {
+  for (const DistributionCase& c : distribution_cases()) check_distribution(step, c);
+}
+
+// ---------------------------------------------------------------------------------------
+// Membership probes: rows and settings where each known filtering mistake keeps a token the
+// contract does not, with enough draws that it gets drawn.
+
+void membership(Step step) {
+  std::mt19937_64 rng(0x3E3B3E5Dull);
+  std::vector<DistributionCase> cases;
+  {  // top_k alone, flat row: the token ranked k + 1 is as likely as the kept ones
+    cases.push_back({"top_k 20 alone", normal_row(1000, 0.3f, rng), SamplingParams{1.0f, 20, 1.0f, 21, 0}});
+  }
+  {  // top_k then top_p: top_k keeps 40% of the mass, so a top_p of the whole row keeps all k
+    std::vector<float> row = normal_row(3000, 1.0f, rng);
+    boost_head(row, 100, 2.0f, rng);
+    SamplingParams p{1.0f, 60, 1.0f, 22, 0};
+    p.top_p = top_p_for_nucleus(row, p, 15);
+    cases.push_back({"top_k 60 then top_p (15 kept)", row, p});
+  }
+  {  // top_p alone on a wide row
+    std::vector<float> row = normal_row(151936, 1.0f, rng);
+    boost_head(row, 200, 12.0f, rng);
+    SamplingParams p{1.0f, 0, 1.0f, 23, 0};
+    p.top_p = top_p_for_nucleus(row, p, 120);
+    cases.push_back({"top_p alone on a 151936-wide row", row, p});
+  }
+  for (const DistributionCase& c : cases) {
+    const int vocab = static_cast<int>(c.row.size());
+    const int rows = vocab > 20000 ? 32 : 256;
+    const int calls = vocab > 20000 ? (step == Step::SortThenCpu ? 4 : 16) : 40;
+    Runner runner(step, repeat_rows(c.row, rows), rows, vocab);
+    const Expected e = expected_for(c.row.data(), vocab, c.params);
+    for (int call = 0; call < calls; ++call) {
+      SamplingParams p = c.params;
+      p.step = static_cast<std::uint64_t>(call);
+      const std::string failure = check_draws(c.row, vocab, p, {e}, runner.run(p));
+      if (!failure.empty()) {
+        FAIL_CHECK(failure_head(step, "membership, " + c.name, rows, vocab, p) << failure);
+        break;
+      }
+    }
+    check_integrity(runner, step, "membership, " + c.name);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The draw's end: with u = 1 exactly, the target is the whole kept mass, and a running sum
+// that falls short of it (fp32 rounding) must stop at the last kept token, not step past.
+
+__global__ void find_uniform_one(std::uint64_t seed, std::uint64_t steps, int rows,
+                                 unsigned long long* found) {
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= steps * rows) return;
+  const std::uint64_t step = i / rows;
+  const int row = static_cast<int>(i % rows);
+  if (ch07::draw_uniform(seed, step, row) == 1.0f) atomicMin(found, static_cast<unsigned long long>(i));
+}
+
+// A (step, row) whose rule-4 number is exactly 1.0f (about one in 3.4e7), found on the GPU.
+bool find_step_with_u_one(std::uint64_t seed, int rows, std::uint64_t* step, int* row) {
+  wb::DeviceBuffer<unsigned long long> found(1);
+  const unsigned long long none = ~0ull;
+  WB_CUDA(cudaMemcpy(found.data(), &none, sizeof(none), cudaMemcpyHostToDevice));
+  const std::uint64_t steps = 1ull << 24;  // 2^24 steps x 64 rows: ~30 expected hits
+  const std::uint64_t total = steps * rows;
+  find_uniform_one<<<static_cast<unsigned>((total + 255) / 256), 256>>>(seed, steps, rows, found.data());
+  WB_CHECK_LAUNCH("find_uniform_one");
+  unsigned long long hit = none;
+  WB_CUDA(cudaMemcpy(&hit, found.data(), sizeof(hit), cudaMemcpyDeviceToHost));
+  if (hit == none) return false;
+  *step = hit / rows;
+  *row = static_cast<int>(hit % rows);
+  return true;
+}
+
+void draw_never_steps_past_the_kept_set(Step step) {
+  const std::uint64_t seed = 0xC0FFEE07ull;
+  std::uint64_t at_step = 0;
+  int at_row = 0;
+  if (!find_step_with_u_one(seed, 64, &at_step, &at_row)) {
+    wb::testing::record_note("no (step, row) with u = 1 found; probe skipped");
+    MESSAGE("ch07: no (step, row) with u = 1 found for seed " << seed << "; probe skipped");
+    return;
+  }
+  wb::testing::record_note("u = 1 at step " + std::to_string(at_step) + ", row " +
+                           std::to_string(at_row));
+  // One dominant token and 1023 of probability 1.5e-8 each: below half an ulp of the running
+  // sum in fp32, so an fp32 running sum stays at the dominant token's p, short of the kept
+  // mass by 1.5e-5. top_k = 1000 keeps the dominant one and 999 of them; the rest of the
+  // 1023 are the next candidates in rank order; everything else is far below.
+  const int vocab = 4096;
+  std::vector<float> row(vocab, -40.0f);
+  std::mt19937_64 rng(0xF10A7ull);
+  std::vector<int> ids(vocab);
+  for (int i = 0; i < vocab; ++i) ids[i] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  row[ids[0]] = 0.0f;
+  for (int i = 1; i < 1024; ++i) row[ids[i]] = -18.0f;
+  const int rows = at_row + 1;
+  Runner runner(step, repeat_rows(row, rows), rows, vocab);
+  const SamplingParams params{1.0f, 1000, 1.0f, seed, at_step};
+  const Expected e = expected_for(row.data(), vocab, params);
+  const Draws d = runner.run(params);
+  const int token = d.tokens[at_row];
+  if (token < 0 || token >= vocab || !e.allowed[token]) {
+    const int rank = token >= 0 && token < vocab ? rank_of(row.data(), vocab, token) : -1;
+    FAIL_CHECK(failure_head(step, "the draw at u = 1", rows, vocab, params)
+               << "row " << at_row << " draws with u = 1 exactly, and got token " << token
+               << (rank >= 0 ? " (rank " + std::to_string(rank + 1) + ")" : std::string())
+               << ", outside the kept set (the first " << e.kept.tokens.size()
+               << "): the draw stepped past the last kept token. A running sum in fp32 falls "
+                  "short of a kept mass summed another way (1 + 999 * 1.5e-8 sums to 1 in "
+                  "fp32), so no kept token reached u * mass and the walk ran on."
+               << "\nhint: compute the target and the running sum the same way, and when the "
+                  "walk reaches the last kept token without crossing the target, stop THERE.");
+  }
+  check_integrity(runner, step, "the draw at u = 1");
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 4: determinism and independence.
+
+void determinism(Step step) {
+  for (const Shape s : {Shape{300, 1000}, Shape{16, 151936}}) {
+    std::mt19937_64 rng = wb::rng_for("ch07/determinism/" + shape_of(s.rows, s.vocab));
+    std::vector<float> logits;
+    for (int r = 0; r < s.rows; ++r) {
+      std::vector<float> row = normal_row(s.vocab, 2.0f, rng);
+      boost_head(row, 30, 5.0f, rng);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    Runner runner(step, logits, s.rows, s.vocab);
+    const SamplingParams params{0.8f, 50, 0.9f, 99, 5};
+    const Draws a = runner.run(params);
+    const Draws b = runner.run(params);
+    const std::string head = failure_head(step, "determinism", s.rows, s.vocab, params);
+    for (int r = 0; r < s.rows; ++r) {
+      if (a.tokens[r] != b.tokens[r] ||
+          std::memcmp(&a.confidence[r], &b.confidence[r], sizeof(float)) != 0) {
+        FAIL_CHECK(head << "rule 4: two calls with the same (seed, step, logits, params) gave "
+                           "row " << r << " token " << a.tokens[r] << " then " << b.tokens[r]
+                        << " (confidence " << a.confidence[r] << " then " << b.confidence[r]
+                        << ").\nhint: the only randomness is draw_uniform(seed, step, row); "
+                           "float atomics add in a different order every run: reduce in a "
+                           "fixed order (or in integers).");
+        return;
+      }
+    }
+    // Another launch configuration: the first half of the rows alone.
+    const int half = s.rows / 2;
+    const Draws c = runner.run(params, half);
+    for (int r = 0; r < half; ++r) {
+      if (c.tokens[r] != a.tokens[r]) {
+        FAIL_CHECK(head << "rule 4: row " << r << " drew token " << a.tokens[r] << " in a call of "
+                        << s.rows << " rows but " << c.tokens[r] << " in a call of the first "
+                        << half << " rows: a row's draw must not depend on how many rows the "
+                           "call has.\nhint: the row's number is draw_uniform(seed, step, row), "
+                           "with the row's index in the batch, not a thread's or a block's.");
+        return;
+      }
+    }
+    check_integrity(runner, step, "determinism");
+  }
+}
+
+// Fraction of equal tokens among pairs of draws that must be independent, against the rate
+// independence gives (sum of q^2); a generous 8-sigma margin.
+std::string check_equal_rate(long long equal, long long pairs, double q2, const std::string& what,
+                             const std::string& hint) {
+  const double expected = pairs * q2;
+  const double limit = expected + 8 * std::sqrt(expected) + 10;
+  if (equal <= limit) return "";
+  std::ostringstream s;
+  s << "rule 4: " << what << " drew the same token in " << equal << " of " << pairs
+    << " pairs; independent draws agree in about " << expected << " (the limit here is "
+    << limit << ").\nhint: " << hint;
+  return s.str();
+}
+
+void independence(Step step) {
+  std::mt19937_64 rng(0x1D1D1D07ull);
+  const int vocab = 64, rows = 256, calls = 40;
+  const std::vector<float> row = normal_row(vocab, 0.05f, rng);  // nearly uniform over 64
+  Runner runner(step, repeat_rows(row, rows), rows, vocab);
+  double q2 = 0;
+  {
+    const std::vector<double> p = ref::probabilities(row.data(), vocab, 1.0);
+    for (double v : p) q2 += v * v;
+  }
+  const SamplingParams base{1.0f, 0, 1.0f, 4242, 0};
+  long long equal_rows = 0, pairs_rows = 0, equal_steps = 0, pairs_steps = 0;
+  long long equal_seeds = 0, pairs_seeds = 0;
+  std::vector<int> previous;
+  for (int call = 0; call < calls; ++call) {
+    SamplingParams p = base;
+    p.step = static_cast<std::uint64_t>(call);
+    const Draws d = runner.run(p);
+    for (int r = 0; r + 1 < rows; ++r) equal_rows += d.tokens[r] == d.tokens[r + 1];
+    pairs_rows += rows - 1;
+    if (!previous.empty())
+      for (int r = 0; r < rows; ++r) equal_steps += d.tokens[r] == previous[r];
+    if (!previous.empty()) pairs_steps += rows;
+    previous = d.tokens;
+    SamplingParams other_seed = p;
+    other_seed.seed = base.seed + 1;
+    const Draws o = runner.run(other_seed);
+    for (int r = 0; r < rows; ++r) equal_seeds += d.tokens[r] == o.tokens[r];
+    pairs_seeds += rows;
+  }
+  const std::string head = failure_head(step, "independence", rows, vocab, base);
+  std::string f = check_equal_rate(
+      equal_rows, pairs_rows, q2, "neighbouring rows of one call (identical logits)",
+      "every row draws with its own number: draw_uniform(seed, step, row) with THIS row's "
+      "index; one number shared by all rows makes identical rows identical.");
+  if (!f.empty()) FAIL_CHECK(head << "rows share random numbers. " << f);
+  f = check_equal_rate(equal_steps, pairs_steps, q2, "the same row at consecutive steps",
+                       "the step is part of Philox's counter: draw_uniform(seed, params.step, "
+                       "row); without it every step repeats the same numbers.");
+  if (!f.empty()) FAIL_CHECK(head << "steps repeat the same random numbers. " << f);
+  f = check_equal_rate(equal_seeds, pairs_seeds, q2, "the same (step, row) under two seeds",
+                       "the seed is Philox's key: draw_uniform(params.seed, ...).");
+  if (!f.empty()) FAIL_CHECK(head << "seeds do not change the draws. " << f);
+  check_integrity(runner, step, "independence");
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 5: bad rows among good ones.
+
+void bad_rows(Step step) {
+  const int vocab = 3001;
+  std::mt19937_64 rng = wb::rng_for("ch07/bad-rows");
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 9; ++i) {
+    std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    boost_head(row, 10, 5.0f, rng);
+    rows.push_back(row);
+  }
+  rows[1][1234] = std::nanf("");                   // a NaN
+  std::fill(rows[3].begin(), rows[3].end(), -kInf);  // all masked
+  rows[4][77] = kInf;                               // +inf
+  std::fill(rows[5].begin(), rows[5].end(), -kInf);  // one finite entry
+  rows[5][2999] = -3.0f;
+  mask_some(rows[6], 0.9, rng);                     // mostly masked, still good
+  rows[7][0] = -std::nanf("");                      // a NaN with the sign bit set
+  rows[8][3000] = std::nanf("");                    // a NaN in the last entry
+  std::vector<float> logits;
+  for (const auto& r : rows) logits.insert(logits.end(), r.begin(), r.end());
+  const int n = static_cast<int>(rows.size());
+  Runner runner(step, logits, n, vocab);
+  for (const SamplingParams params :
+       {SamplingParams{0.0f, 0, 1.0f, 3, 0}, SamplingParams{0.9f, 40, 0.95f, 3, 1},
+        SamplingParams{1.0f, 1, 1.0f, 3, 2}}) {
+    std::vector<Expected> expected;
+    for (int r = 0; r < n; ++r) expected.push_back(expected_for(rows[r].data(), vocab, params));
+    const Draws d = runner.run(params);
+    const std::string failure = check_draws(logits, vocab, params, expected, d);
+    if (!failure.empty())
+      FAIL_CHECK(failure_head(step, "bad rows (NaN, +inf, all -inf) among good ones", n, vocab,
+                              params)
+                 << failure);
+    if (d.tokens[5] != 2999 || d.confidence[5] != 1.0f)
+      FAIL_CHECK(failure_head(step, "a row with one finite logit", n, vocab, params)
+                 << "rule 5: a row whose only finite logit is at 2999 must give token 2999 "
+                    "with confidence 1, got "
+                 << d.tokens[5] << " with " << d.confidence[5]
+                 << ".\nhint: -inf entries are masked tokens, probability exactly 0; the row "
+                    "is still good.");
+  }
+  check_integrity(runner, step, "bad rows");
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 6: bad arguments.
+
+void expect_invalid_argument(Step step, const std::function<void()>& call,
+                             const std::string& needle, const std::string& what) {
+  try {
+    call();
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    CHECK_MESSAGE(message.find(needle) != std::string::npos,
+                  "ch07 " << step_name(step) << ", " << what
+                          << ": rule 6: the error should name '" << needle
+                          << "', got: " << message);
+    return;
+  } catch (const std::exception& e) {
+    FAIL_CHECK("ch07 " << step_name(step) << ", " << what
+                       << ": rule 6: expected std::invalid_argument, got another exception: "
+                       << e.what());
+    return;
+  }
+  FAIL_CHECK("ch07 " << step_name(step) << ", " << what
+                     << ": rule 6: expected std::invalid_argument, nothing was thrown.\nhint: "
+                        "call check_sampling_args(...) first in every entry point, then the "
+                        "step's own checks (max_rows, step 3's limits, the workspace).");
+}
+
+void bad_arguments(Step step) {
+  const int vocab = 2000, rows = 4;
+  std::mt19937_64 rng = wb::rng_for("ch07/bad-arguments");
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> row = normal_row(vocab, 1.0f, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  Runner runner(step, logits, rows, vocab);
+  const SamplingParams good{1.0f, 10, 0.9f, 1, 0};
+  runner.run(good);  // a valid call first: a starter's NotImplemented shows as "to do" here
+  const float* x = runner.logits_for_call();
+  int* t = runner.tokens_for_call();
+  float* c = runner.confidence_for_call();
+  const auto with = [&](auto change) {
+    SamplingParams p = good;
+    change(p);
+    return p;
+  };
+  const auto call = [&](const SamplingParams& p, int n) {
+    return [&runner, x, t, c, p, n] { runner.call_raw(x, n, p, t, c); };
+  };
+  const auto call_all = [&](const SamplingParams& p) { return call(p, rows); };
+  expect_invalid_argument(step, call(good, -1), "rows", "rows = -1");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.temperature = -1.0f; })), "temperature",
+                          "temperature = -1");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.temperature = std::nanf(""); })),
+                          "temperature", "temperature = NaN");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.temperature = kInf; })), "temperature",
+                          "temperature = inf");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.top_k = -2; })), "top_k", "top_k = -2");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.top_p = 0.0f; })), "top_p", "top_p = 0");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.top_p = 1.5f; })), "top_p", "top_p = 1.5");
+  expect_invalid_argument(step, call_all(with([](auto& p) { p.top_p = std::nanf(""); })), "top_p",
+                          "top_p = NaN");
+  expect_invalid_argument(step, [&] { runner.call_raw(nullptr, rows, good, t, c); }, "null",
+                          "logits = nullptr");
+  expect_invalid_argument(step, [&] { runner.call_raw(x, rows, good, nullptr, c); }, "null",
+                          "tokens = nullptr");
+  expect_invalid_argument(step, [&] { runner.call_raw(x, rows, good, t, nullptr); }, "null",
+                          "confidence = nullptr");
+  // rows == 0 is nothing to do, null pointers included.
+  runner.call_raw(nullptr, 0, good, nullptr, nullptr);
+
+  std::vector<float> host_x(8, 0.5f);
+  std::vector<int> host_t(2);
+  std::vector<float> host_c(2);
+  switch (step) {
+    case Step::Cpu:
+      expect_invalid_argument(
+          step, [&] { ch07::sample_cpu(host_x.data(), 2, 0, good, host_x.data(), host_t.data(), host_c.data()); },
+          "vocab", "vocab = 0");
+      break;
+    case Step::Fused: {
+      wb::DeviceBuffer<float> dx(8);
+      wb::DeviceBuffer<int> dt(2);
+      wb::DeviceBuffer<float> dc(2);
+      expect_invalid_argument(
+          step,
+          [&] {
+            ch07::sample_fused(dx.data(), 2, 0, good, dt.data(), dc.data(), runner.workspace(),
+                               runner.workspace_bytes(), runner.stream());
+          },
+          "vocab", "vocab = 0");
+      if (runner.workspace_bytes() > 0)
+        expect_invalid_argument(
+            step,
+            [&] {
+              ch07::sample_fused(x, rows, vocab, good, t, c, runner.workspace(),
+                                 runner.workspace_bytes() - 1, runner.stream());
+            },
+            "workspace", "workspace_bytes one short of fused_sampler_workspace_bytes");
+      break;
+    }
+    case Step::SortThenCpu:
+      expect_invalid_argument(step, [] { ch07::SortThenCpuSampler s(2, 0); }, "vocab", "vocab = 0");
+      expect_invalid_argument(step, call(good, rows + 1), "max_rows", "rows = max_rows + 1");
+      break;
+    case Step::TopCandidates: {
+      expect_invalid_argument(step, [] { ch07::TopCandidatesSampler s(2, 0); }, "vocab", "vocab = 0");
+      expect_invalid_argument(step, call(good, rows + 1), "max_rows", "rows = max_rows + 1");
+      // Its limits: top_k between kMaxCandidates and vocab; top_k and top_p both off on a row
+      // longer than kMaxCandidates; a nucleus longer than kMaxCandidates.
+      expect_invalid_argument(step, call_all(with([](auto& p) { p.top_k = 1500; })), "top_k",
+                              "top_k = 1500 > kMaxCandidates");
+      expect_invalid_argument(step, call_all(with([](auto& p) { p.top_k = 0; p.top_p = 1.0f; })),
+                              "top_p", "top_k and top_p off, vocab 2000 > kMaxCandidates");
+      expect_invalid_argument(step, call_all(with([](auto& p) { p.top_k = 0; p.top_p = 0.99f; })),
+                              "nucleus", "a flat row whose top_p = 0.99 nucleus is ~1900 tokens");
+      break;
+    }
+  }
+  check_integrity(runner, step, "bad arguments");
+}
+
+// ---------------------------------------------------------------------------------------
+// Bytes that come back (steps 2 to 4) and rule 7 (step 4).
+
+void bytes_to_host(Step step) {
+  if (!wb::ApiCounter::available()) {
+    wb::testing::record_note("CUPTI unavailable: " + wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  const int rows = 16, vocab = 151936;
+  std::mt19937_64 rng = wb::rng_for("ch07/bytes");
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    boost_head(row, 30, 6.0f, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  Runner runner(step, logits, rows, vocab);
+  const SamplingParams params{1.0f, 50, 0.9f, 5, 0};
+  runner.run(params);  // warm: the first call may set things up
+  const Draws d = runner.run(params);
+  const double per_row = static_cast<double>(d.counts.bytes_d2h) / rows;
+  wb::testing::record_metric("d2h_bytes_per_row", step == Step::Fused ? 8.0 : per_row);
+  const std::string head = failure_head(step, "bytes copied to the host", rows, vocab, params);
+  if (step == Step::Fused) {
+    const bool none_copied = d.counts.bytes_d2h == 0 && d.counts.memcpys == 0;
+    CHECK_MESSAGE(none_copied,
+                  head << "rule 7: sample_fused copied " << d.counts.bytes_d2h
+                       << " bytes device-to-host itself (" << d.counts.summary()
+                       << "); only the caller copies, and only tokens and confidences (8 bytes "
+                          "a row).\nhint: the tokens and confidences are device pointers: "
+                          "write them from the kernel.");
+    return;
+  }
+  const std::size_t declared = runner.d2h_bytes_per_row();
+  CHECK_MESSAGE(d.counts.bytes_d2h == declared * rows,
+                head << "the sampler copied " << d.counts.bytes_d2h << " bytes device-to-host ("
+                     << per_row << " a row), but d2h_bytes_per_row() says " << declared
+                     << ".\nhint: count every cudaMemcpy*(DeviceToHost) of sample(), per row.");
+  const std::size_t limit = step == Step::SortThenCpu
+                                ? static_cast<std::size_t>(vocab) * 8 + 64
+                                : static_cast<std::size_t>(ch07::TopCandidatesSampler::kMaxCandidates) * 8 + 64;
+  CHECK_MESSAGE(d.counts.bytes_d2h <= limit * rows,
+                head << per_row << " bytes a row came back; the most this step should copy is "
+                     << limit << " (" << (step == Step::SortThenCpu ? "the sorted row: 4-byte key "
+                                          "and 4-byte id per entry" : "kMaxCandidates candidates "
+                                          "of 8 bytes")
+                     << ", plus the row's uniform).\nhint: copy only what the CPU half reads.");
+}
+
+void rule7_no_sync_alloc_copy(Runner& runner, const SamplingParams& params) {
+  const std::string head =
+      failure_head(Step::Fused, "rule 7", runner.rows(), runner.vocab(), params);
+  if (!wb::ApiCounter::available()) {
+    wb::testing::record_note("CUPTI unavailable: " + wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  const Draws d = runner.run(params);
+  const wb::ApiCounts& c = d.counts;
+  const bool no_allocation = c.mallocs == 0 && c.frees == 0 && c.host_allocs == 0;
+  const bool no_copy = c.bytes_h2d == 0 && c.bytes_d2h == 0;
+  CHECK_MESSAGE(no_allocation,
+                head << "rule 7: sample_fused allocated or freed memory (" << c.summary()
+                     << ").\nhint: your scratch is the caller's workspace: ask for it in "
+                        "fused_sampler_workspace_bytes.");
+  CHECK_MESSAGE(c.syncs == 0,
+                head << "rule 7: sample_fused synchronized (" << c.summary()
+                     << ").\nhint: enqueue on the stream and return; the caller waits.");
+  CHECK_MESSAGE(no_copy,
+                head << "rule 7: sample_fused copied between host and device (" << c.summary()
+                     << ").\nhint: pass the params to the kernel by value.");
+}
+
+void fused_rule7_and_graphs() {
+  const int rows = 16, vocab = 151936;
+  std::mt19937_64 rng = wb::rng_for("ch07/graph");
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    boost_head(row, 30, 6.0f, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  Runner runner(Step::Fused, logits, rows, vocab);
+  const SamplingParams sampled{0.8f, 50, 0.9f, 77, 9};
+  rule7_no_sync_alloc_copy(runner, sampled);
+  rule7_no_sync_alloc_copy(runner, SamplingParams{0.0f, 0, 1.0f, 0, 0});
+  const Draws direct = runner.run(sampled);
+
+  // Captured into a CUDA graph, replayed: the same tokens as the direct call.
+  wb::DeviceBuffer<int> tokens(rows);
+  wb::DeviceBuffer<float> confidence(rows);
+  cudaStream_t s = runner.stream();
+  cudaGraph_t graph = nullptr;
+  WB_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  try {
+    ch07::sample_fused(runner.device_logits(), rows, vocab, sampled, tokens.data(),
+                       confidence.data(), runner.workspace(), runner.workspace_bytes(), s);
+  } catch (...) {
+    cudaStreamEndCapture(s, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  if (end != cudaSuccess) {
+    cudaGetLastError();
+    FAIL_CHECK(failure_head(Step::Fused, "CUDA graph capture", rows, vocab, sampled)
+               << "rule 7: sample_fused could not be captured into a CUDA graph ("
+               << cudaGetErrorString(end)
+               << ").\nhint: no synchronization, allocation or host copy inside; everything on "
+                  "the stream you are given.");
+    return;
+  }
+  cudaGraphExec_t exec = nullptr;
+  WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    WB_CUDA(cudaMemsetAsync(tokens.data(), 0x7F, rows * sizeof(int), s));
+    WB_CUDA(cudaGraphLaunch(exec, s));
+    WB_CUDA(cudaStreamSynchronize(s));
+    const std::vector<int> got = tokens.download();
+    if (got != direct.tokens) {
+      FAIL_CHECK(failure_head(Step::Fused, "CUDA graph replay", rows, vocab, sampled)
+                 << "rule 7: replay " << replay + 1 << " of the captured call gave other tokens "
+                    "than the direct call with the same arguments.\nhint: everything the call "
+                    "depends on must be in its arguments (no state kept between calls).");
+      break;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  check_integrity(runner, Step::Fused, "rule 7 and graphs");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The test cases: each check, once per step it applies to.
+
+#define WB_CH07_FOR_EVERY_STEP(title, function)                                  \
+  TEST_CASE("step 1 (CPU sampler): " title) {                                    \
+    WB_REQUIRE_GPU();                                                            \
+    function(Step::Cpu);                                                         \
+  }                                                                              \
+  TEST_CASE("step 2 (sort, then the CPU): " title) {                             \
+    WB_REQUIRE_GPU();                                                            \
+    function(Step::SortThenCpu);                                                 \
+  }                                                                              \
+  TEST_CASE("step 3 (top candidates): " title) {                                 \
+    WB_REQUIRE_GPU();                                                            \
+    function(Step::TopCandidates);                                               \
+  }                                                                              \
+  TEST_CASE("step 4 (fused): " title) {                                          \
+    WB_REQUIRE_GPU();                                                            \
+    function(Step::Fused);                                                       \
+  }
+
+WB_CH07_FOR_EVERY_STEP("greedy and top_k = 1 return the argmax, lowest index on ties, on every shape",
+                       greedy_on_every_shape)
+WB_CH07_FOR_EVERY_STEP("sampling on every shape stays in the kept set, with the right confidence",
+                       sampling_on_every_shape)
+WB_CH07_FOR_EVERY_STEP("no token outside the exact top_k / top_p set", membership)
+WB_CH07_FOR_EVERY_STEP("draws follow the exact distribution (chi-square)", distributions)
+WB_CH07_FOR_EVERY_STEP("the draw never steps past the last kept token", draw_never_steps_past_the_kept_set)
+WB_CH07_FOR_EVERY_STEP("the same (seed, step) gives the same tokens, whatever the batch", determinism)
+WB_CH07_FOR_EVERY_STEP("rows, steps and seeds draw independently", independence)
+WB_CH07_FOR_EVERY_STEP("bad rows: NaN, +inf, all -inf", bad_rows)
+WB_CH07_FOR_EVERY_STEP("bad arguments throw std::invalid_argument naming them", bad_arguments)
+
+TEST_CASE("step 2 (sort, then the CPU): bytes copied to the host per row") {
+  WB_REQUIRE_GPU();
+  bytes_to_host(Step::SortThenCpu);
+}
+TEST_CASE("step 3 (top candidates): bytes copied to the host per row") {
+  WB_REQUIRE_GPU();
+  bytes_to_host(Step::TopCandidates);
+}
+TEST_CASE("step 4 (fused): only tokens and confidences leave the device") {
+  WB_REQUIRE_GPU();
+  bytes_to_host(Step::Fused);
+}
+TEST_CASE("step 4 (fused): rule 7, no sync, allocation or copy inside; capturable in a CUDA graph") {
+  WB_REQUIRE_GPU();
+  fused_rule7_and_graphs();
+}
+TEST_CASE("step 1 (CPU sampler): the result does not depend on the number of threads") {
+  WB_REQUIRE_GPU();
+  const int rows = 37, vocab = 5000;
+  std::mt19937_64 rng = wb::rng_for("ch07/threads");
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  const SamplingParams params{0.9f, 100, 0.8f, 8, 8};
+  Runner one(Step::Cpu, logits, rows, vocab, 1), many(Step::Cpu, logits, rows, vocab, 7);
+  const Draws a = one.run(params), b = many.run(params);
+  CHECK_MESSAGE(a.tokens == b.tokens, "ch07 sample_cpu: 1 thread and 7 threads drew different tokens");
+}
