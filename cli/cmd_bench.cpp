@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -295,21 +296,41 @@ Row run_job(const Job& job, const Options& opt, const BuildConfig& config, const
   return {Row::failed, slug, job.build, ran.process.timed_out ? "timed out" : "failed", why};
 }
 
-// The PyTorch peer over the sizes of the chapter 04/05 results just written (needs torch).
-Row run_peers(const Options& opt, const fs::path& source_dir, const fs::path& results_dir, const std::string& tag) {
-  const fs::path out = results_dir / "pytorch_peers.json";
-  std::vector<std::string> argv = {opt.python, (source_dir / "notebooks/peers/pytorch_peers.py").string(),
-                                   "--sweep-from", results_dir.string(), "--out", out.string()};
+// One PyTorch peer script of notebooks/peers/ (needs torch): writes results_dir/<name>.json.
+Row run_peer_script(const Options& opt, const fs::path& source_dir, const fs::path& results_dir,
+                    const std::string& script, std::vector<std::string> extra, const std::string& tag) {
+  const std::string name = fs::path(script).stem().string();
+  const fs::path out = results_dir / (name + ".json");
+  std::vector<std::string> argv = {opt.python, (source_dir / "notebooks/peers" / script).string(),
+                                   "--out", out.string()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   if (opt.quick) argv.push_back("--quick");
-  std::cerr << tag << ": running notebooks/peers/pytorch_peers.py\n";
+  std::cerr << tag << ": running notebooks/peers/" << script << "\n";
   const auto started = Clock::now();
   const auto ran = run_echoing(argv, opt.timeout_s);
   if (ran.exited(0)) {
     std::cerr << tag << ": wrote " << display_path(out) << " in " << seconds_text(started) << "\n";
-    return {Row::written, "pytorch_peers", "peer", "written", display_path(out)};
+    return {Row::written, name, "peer", "written", display_path(out)};
   }
-  if (ran.exited(kSkipNoGpu)) return {Row::skipped_no_gpu, "pytorch_peers", "peer", "skipped", first_reason(ran.tail)};
-  return {Row::failed, "pytorch_peers", "peer", "failed", ran.describe() + ": " + first_reason(ran.tail)};
+  if (ran.exited(kSkipNoGpu)) return {Row::skipped_no_gpu, name, "peer", "skipped", first_reason(ran.tail)};
+  return {Row::failed, name, "peer", "failed", ran.describe() + ": " + first_reason(ran.tail)};
+}
+
+// The peers: pytorch_peers.py over the sizes of the fusion results just written, then the
+// peer script each benched chapter's manifest names ("peer_script"), once each.
+std::vector<Row> run_peers(const Options& opt, const fs::path& source_dir, const fs::path& results_dir,
+                           const std::vector<Job>& jobs, const std::function<std::string(const std::string&)>& tag) {
+  std::vector<Row> rows;
+  rows.push_back(run_peer_script(opt, source_dir, results_dir, "pytorch_peers.py",
+                                 {"--sweep-from", results_dir.string()}, tag("PyTorch peers")));
+  std::vector<std::string> scripts;
+  for (const auto& job : jobs)
+    if (!job.chapter.peer_script.empty() &&
+        std::find(scripts.begin(), scripts.end(), job.chapter.peer_script) == scripts.end())
+      scripts.push_back(job.chapter.peer_script);
+  for (const auto& script : scripts)
+    rows.push_back(run_peer_script(opt, source_dir, results_dir, script, {}, tag("PyTorch peer " + script)));
+  return rows;
 }
 
 void print_summary(const std::vector<Row>& rows) {
@@ -394,7 +415,16 @@ int run_bench(const Options& opt) {
     return 2;
   }
 
-  const std::size_t total = plan.jobs.size() + (opt.peers ? 1 : 0);
+  std::size_t peer_runs = 1;
+  {
+    std::vector<std::string> scripts;
+    for (const auto& job : plan.jobs)
+      if (!job.chapter.peer_script.empty() &&
+          std::find(scripts.begin(), scripts.end(), job.chapter.peer_script) == scripts.end())
+        scripts.push_back(job.chapter.peer_script);
+    peer_runs += scripts.size();
+  }
+  const std::size_t total = plan.jobs.size() + (opt.peers ? peer_runs : 0);
   std::cerr << "workbook bench: " << plan.jobs.size() << " run(s)" << (opt.quick ? ", quick" : "")
             << "; results go to " << display_path(results_dir) << "\n";
   std::size_t k = 0;
@@ -404,7 +434,8 @@ int run_bench(const Options& opt) {
   std::vector<Row> rows = plan.skipped;
   for (const auto& job : plan.jobs)
     rows.push_back(run_job(job, opt, plan.config, results_dir, tag(job.chapter.slug + " (" + job.build + ")")));
-  if (opt.peers) rows.push_back(run_peers(opt, source_dir, results_dir, tag("PyTorch peers")));
+  if (opt.peers)
+    for (auto& row : run_peers(opt, source_dir, results_dir, plan.jobs, tag)) rows.push_back(std::move(row));
 
   // A results directory made for this run and left empty (no GPU, every run failed) goes.
   std::error_code ec;
@@ -427,7 +458,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--quick", opt->quick, "Fewer sizes and samples (passed to the bench programs)");
   cmd->add_flag("--no-build", opt->no_build, "Run the bench programs as they are, without rebuilding them");
   cmd->add_flag("--peers", opt->peers,
-                "Also run the PyTorch peer (notebooks/peers/pytorch_peers.py) over the same sizes; needs torch");
+                "Also run the PyTorch peers (notebooks/peers/pytorch_peers.py over the same sizes, and each benched chapter's \"peer_script\"); needs torch");
   cmd->add_option("--python", opt->python, "Python for --peers")->capture_default_str();
   cmd->add_option("--timeout", opt->timeout_s, "Seconds one bench program may run (0: no limit)")->capture_default_str();
   cmd->callback([opt] { set_exit_code(run_bench(*opt)); });

@@ -67,10 +67,11 @@ struct Options {
 // Chapter 07's samplers (--sampler cpu|07) live in chapter 07's library, which its bench
 // program links: build bench_07_<build> and let its `generate` subcommand run.
 int generate_with_chapter_sampler(const Options& o) {
+  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
   const std::string target = "bench_07_" + o.build;
   const std::string binary_dir = WB_BINARY_DIR;
   std::cerr << "workbook generate: building " << target << " (chapter 07, " << o.build << " build)\n";
-  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}) != 0) {
+  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
     std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: --sampler needs "
               << "chapter 07 configured" << (o.build == "student" ? " and your chapter files compiling" : "")
               << "; `./workbook check 07` shows what is missing.\n";
@@ -84,7 +85,7 @@ int generate_with_chapter_sampler(const Options& o) {
   if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
   if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
   if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
-  const int code = run_and_wait(args);
+  const int code = run_and_wait(args, false);
   if (code == 77) std::cerr << "workbook generate: --sampler " << o.sampler << " needs a CUDA device\n";
   return code;
 }

@@ -92,6 +92,10 @@ Chapter parse_chapter_manifest(const fs::path& manifest) {
     test.timeout_s = t.value("timeout", 600.0);
     c.tests.push_back(test);
   }
+  if (j.contains("peer_script")) {
+    c.peer_script = get_string(j, "peer_script", manifest);
+    check_relative(c.peer_script, manifest, "peer_script");
+  }
   if (j.contains("bench")) {
     c.bench = get_string(j, "bench", manifest);
     check_relative(c.bench, manifest, "bench");

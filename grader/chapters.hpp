@@ -22,6 +22,9 @@ struct Chapter {
   std::vector<std::string> support;   // relative to tests/<slug>/
   std::vector<ChapterTest> tests;
   std::string bench;     // the bench program's source in tests/<slug>/, "" when none
+  // A PyTorch peer script of this chapter's own in notebooks/peers/ ("pytorch_add_norm.py"),
+  // run by `bench --peers` beside pytorch_peers.py; "" when none.
+  std::string peer_script;
 
   // test_04_correctness_student
   std::string binary(const std::string& kind, const std::string& build = "student") const;

@@ -13,6 +13,7 @@
 #include "reference.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/rubric.hpp"
 #include "wb/testing.hpp"
 #include "wb/timing.hpp"
 
@@ -23,8 +24,8 @@ constexpr std::size_t kN = std::size_t(kRows) * kDim;
 // The fused pass reads x and delta and writes r and h: 16 bytes per element. The unfused
 // pair moves 24 (r out and back in) in two launches.
 constexpr double kFusedBytes = 16.0 * kN;
-constexpr double kMinCopyFraction = 0.60;
-constexpr double kMinSpeedup = 1.5;
+const double kMinCopyFraction = wb::pass_mark("06", "fraction_of_copy");  // data/rubric.json
+const double kMinSpeedup = wb::pass_mark("06", "speedup_vs_unfused");      // data/rubric.json
 
 enum class Impl { Unfused, Fused };
 

@@ -24,6 +24,7 @@
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/random.hpp"
+#include "wb/rubric.hpp"
 #include "wb/testing.hpp"
 #include "wb/timing.hpp"
 
@@ -34,10 +35,9 @@ using ch07::SamplingParams;
 constexpr int kRows = 16, kVocab = 151936;
 const SamplingParams kParams{1.0f, 50, 0.9f, 2024, 0};
 
-// Pass marks (ratios; they hold on any GPU with a CPU of a few cores).
-constexpr double kFusedOverStep2 = 10.0;    // the issue's: fused >= 10x faster than step 2
-constexpr double kStep2OverCpu = 1.0;       // step 2 slower than the CPU sampler
-constexpr double kStep2OverStep3 = 1.0;     // step 3 faster than step 2
+// Pass marks (ratios in one run; they hold on any GPU): data/rubric.json.
+const double kFusedOverStep2 = wb::pass_mark("07", "step2_over_fused");
+const double kStep2OverStep3 = wb::pass_mark("07", "step2_over_step3");
 
 std::vector<float> report_logits(const std::string& label) {
   // Logits shaped like a language model's: a head of likely tokens over a long tail.
@@ -159,22 +159,9 @@ std::string ratio_message(const std::string& claim, const std::string& a, const 
   return s.str();
 }
 
-TEST_CASE("step 2 is slower than the CPU sampler at 16x151936 (the report's first port)") {
-  WB_REQUIRE_GPU();
-  Problem p;
-  const wb::Stats step2 = time_object<ch07::SortThenCpuSampler>(p, "step 2 (sort, then the CPU)");
-  const wb::Stats cpu = time_cpu(p);
-  const double ratio = step2.median_us / cpu.median_us;
-  wb::testing::record_metric("step2_us", step2.median_us);
-  wb::testing::record_metric("cpu_all_threads_us", cpu.median_us);
-  wb::testing::record_metric("step2_over_cpu", ratio);
-  CHECK_MESSAGE(ratio > kStep2OverCpu,
-                ratio_message("step 2 should be slower than the CPU sampler", "step 2", step2,
-                              "the CPU sampler", cpu, kStep2OverCpu,
-                              "this one is the lesson, not a bug: if your step 2 beats the CPU "
-                              "sampler, check that it copies the whole sorted row and does the "
-                              "softmax on the CPU, as the report's first port did."));
-}
+// (The report's first port was slower than the CPU sampler; that is a measurement of the
+// reference, shown by ./workbook bench 07, not a rule: a student's step 2 that beats the CPU
+// sampler is not wrong.)
 
 TEST_CASE("step 3 is faster than step 2 at 16x151936 (only the candidates come back)") {
   WB_REQUIRE_GPU();
@@ -192,7 +179,7 @@ TEST_CASE("step 3 is faster than step 2 at 16x151936 (only the candidates come b
                               "sorted row), and do the softmax's max and sum on the GPU."));
 }
 
-TEST_CASE("step 4 (fused) is at least 10x faster than step 2 at 16x151936") {
+TEST_CASE("step 4 (fused) is at least 10x faster than step 2 at 16x151936 (pass mark: rubric)") {
   WB_REQUIRE_GPU();
   Problem p;
   const wb::Stats step2 = time_object<ch07::SortThenCpuSampler>(p, "step 2 (sort, then the CPU)");
