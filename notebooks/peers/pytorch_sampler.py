@@ -160,8 +160,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
         del logits
 
-    # "pytorch_peers": the schema's name for a peer file (this one holds the sampler peer).
-    doc = {"schema": pp.SCHEMA_ID, "chapter": "pytorch_peers", "build": "peer",
+    # A peer file of its own (the schema allows pytorch_<name>): the sampler peer.
+    doc = {"schema": pp.SCHEMA_ID, "chapter": "pytorch_sampler", "build": "peer",
            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "environment": pp.environment(torch, copy_gbps, timer.l2_bytes),
            "peer": {"framework": f"torch {torch.__version__}", "script": "notebooks/peers/pytorch_sampler.py",
