@@ -49,6 +49,19 @@ function(_wb_test_objects obj source slug dir)
   endif()
 endfunction()
 
+# How a GPU test shares the GPU under `ctest -j`. A timing test runs alone (RUN_SERIAL): another
+# process's kernels would be time-sliced into its measurement. So does every test of a chapter
+# whose manifest says "gpu_serial": true (chapter 00's correctness tests time known kernels).
+# Correctness tests of other chapters run side by side: nothing they check depends on time, and
+# each one checks its free device memory before a large case (a 2^31-element case needs ~19 GB,
+# so `ctest -j4` wants a GPU with ~80 GB; on a smaller one run -j1 or `./workbook check`).
+function(_wb_gpu_sharing test_name manifest test_file)
+  string(JSON serial ERROR_VARIABLE no_serial GET "${manifest}" gpu_serial)
+  if(test_file STREQUAL "test_timing.cu" OR (NOT no_serial AND serial))
+    set_tests_properties(${test_name} PROPERTIES RUN_SERIAL TRUE)
+  endif()
+endfunction()
+
 function(_wb_add_test_binary target obj chapter_lib)
   add_executable(${target} $<TARGET_OBJECTS:${obj}>)
   target_link_libraries(${target} PRIVATE ${chapter_lib} wb::test_main)
@@ -111,8 +124,8 @@ function(_wb_add_swapped_builds key j id slug dir editable support)
         LABELS "ch${id};gpu;wrong;solution"
         PASS_REGULAR_EXPRESSION "${expect}"
         SKIP_REGULAR_EXPRESSION "skipped: no CUDA device"
-        TIMEOUT 600
-        RESOURCE_LOCK gpu)
+        TIMEOUT 600)
+      _wb_gpu_sharing(${id}.wrong.${name} "${j}" "${test_file}")
     else()
       foreach(t_i RANGE ${last_test})
         string(JSON t GET "${tests_json}" ${t_i})
@@ -126,8 +139,8 @@ function(_wb_add_swapped_builds key j id slug dir editable support)
         set_tests_properties(${id}.variant.${name}.${kind} PROPERTIES
           LABELS "ch${id};gpu;variant;${kind};solution"
           SKIP_RETURN_CODE 77
-          TIMEOUT 600
-          RESOURCE_LOCK gpu)
+          TIMEOUT 600)
+        _wb_gpu_sharing(${id}.variant.${name}.${kind} "${j}" "${file}")
       endforeach()
     endif()
   endforeach()
@@ -217,8 +230,10 @@ function(wb_add_chapter dir)
       set_tests_properties(${id}.${kind}.${build} PROPERTIES
         LABELS "ch${id};${where};${kind};${build}"
         SKIP_RETURN_CODE 77
-        TIMEOUT ${timeout}
-        RESOURCE_LOCK gpu)
+        TIMEOUT ${timeout})
+      if(gpu)
+        _wb_gpu_sharing(${id}.${kind}.${build} "${j}" "${file}")
+      endif()
     endforeach()
   endforeach()
 
