@@ -40,6 +40,7 @@ nlohmann::json environment_json() {
       {"runtime_version", version_string(d.runtime_version)},
       {"ceilings",
        {{"copy_gbps", c.copy_gbps},
+        {"read_gbps", c.read_gbps},
         {"launch_us", c.launch_us},
         {"launch_sync_us", c.launch_sync_us},
         {"l2_bytes", c.l2_bytes}}},

@@ -13,11 +13,21 @@
 //     registers), never E[r^2] - E[r]^2;
 //   - the mean is never added back to the pivot: h needs only r - mean, which is
 //     (r - pivot) - (mean - pivot), two small numbers.
-// Rows longer than 1024 x kMaxPerThread do not fit in one block's registers: they take a
-// slower kernel that keeps r in device memory (written once, re-read from L2).
+// Three kernels, by the row's shape (every one is the same algorithm):
+//   - add_norm_packed_kernel, the common case (dim a multiple of 4 up to 8192, arrays
+//     16-byte aligned, as model widths and cudaMalloc'd tensors are): each thread owns packs of 4
+//     consecutive values, moved with one 16-byte load or store (8 bytes for fp16/bf16), as
+//     in chapter 05, and it issues its weight and bias loads with the row's so that their
+//     latency hides behind the row's instead of following the reductions;
+//   - add_norm_kernel, any other row of up to 1024 x kMaxPerThread values, one value at a
+//     time;
+//   - add_norm_long_row_kernel, longer rows, which do not fit in one block's registers: r
+//     stays in device memory (written once, re-read from L2).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "add_norm.cuh"
 #include "wb/check.hpp"
@@ -27,6 +37,7 @@ namespace {
 
 constexpr int kMaxPerThread = 16;  // registers per thread for the row: 16 x 1024 = 16384
 constexpr int kMaxThreads = 1024;
+constexpr int kMaxPackedThreads = 512;  // up to 4 packs each: rows of up to 8192 values
 
 __device__ inline float to_float(float v) { return v; }
 __device__ inline float to_float(__half v) { return __half2float(v); }
@@ -121,6 +132,77 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// Four consecutive values of one array, moved as one access: 16 bytes of float, 8 of half.
+template <typename T>
+struct alignas(4 * sizeof(T)) Pack {
+  T v[4];
+};
+
+// The common case: packs of 4 values, kPacks of them per thread (pack p of the row belongs to
+// thread p % blockDim.x), so a thread holds 4 x kPacks values of the row in registers.
+template <typename T, int kPacks>
+__global__ void __launch_bounds__(kMaxPackedThreads)
+    add_norm_packed_kernel(const float* __restrict__ x, const T* __restrict__ delta,
+                           float* __restrict__ r, T* __restrict__ h, int dim, NormParams params) {
+  __shared__ float warp_partials[kMaxPackedThreads / 32];
+  const int packs = dim / 4;
+  const std::size_t row_pack = static_cast<std::size_t>(blockIdx.x) * packs;
+  const auto* x4 = reinterpret_cast<const Pack<float>*>(x) + row_pack;
+  const auto* delta4 = reinterpret_cast<const Pack<T>*>(delta) + row_pack;
+  auto* r4 = reinterpret_cast<Pack<float>*>(r) + row_pack;
+  auto* h4 = reinterpret_cast<Pack<T>*>(h) + row_pack;
+  const auto* weight4 = reinterpret_cast<const Pack<float>*>(params.weight);
+  const auto* bias4 = reinterpret_cast<const Pack<float>*>(params.bias);
+  const bool layer_norm = params.norm == Norm::LayerNorm;
+
+  // Every load first (the row's, then weight and bias, which sit in L2), then r.
+  Pack<float> sum4[kPacks] = {}, weight[kPacks] = {}, bias[kPacks] = {};
+  Pack<T> delta_in[kPacks] = {};
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = threadIdx.x + k * blockDim.x;
+    if (p < packs) {
+      sum4[k] = x4[p];
+      delta_in[k] = delta4[p];
+      weight[k] = weight4[p];
+      if (layer_norm) bias[k] = bias4[p];
+    }
+  }
+  const float pivot = layer_norm ? x[0] + to_float(delta[0]) : 0.0f;
+  float d[4 * kPacks];  // the thread's values of r, minus the pivot
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = threadIdx.x + k * blockDim.x;
+    for (int j = 0; j < 4; ++j) sum4[k].v[j] += to_float(delta_in[k].v[j]);
+    if (p < packs) r4[p] = sum4[k];
+    for (int j = 0; j < 4; ++j) d[4 * k + j] = p < packs ? sum4[k].v[j] - pivot : 0.0f;
+  }
+  // Values past the row's end are 0 in d, so they add nothing to the sums; the squared
+  // deviations skip them explicitly (0 - mean is not 0).
+  float sum = 0.0f;
+  for (int i = 0; i < 4 * kPacks; ++i) sum += layer_norm ? d[i] : d[i] * d[i];
+  const float mean = block_sum(sum, warp_partials) / dim;
+  float center = 0.0f, scale = rsqrtf(mean + params.eps);
+  if (layer_norm) {
+    float squares = 0.0f;
+    for (int k = 0; k < kPacks; ++k)
+      if (threadIdx.x + k * blockDim.x < packs)
+        for (int j = 0; j < 4; ++j) squares += (d[4 * k + j] - mean) * (d[4 * k + j] - mean);
+    center = mean;
+    scale = rsqrtf(block_sum(squares, warp_partials) / dim + params.eps);
+  }
+
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = threadIdx.x + k * blockDim.x;
+    if (p >= packs) continue;
+    Pack<T> out;
+    for (int j = 0; j < 4; ++j) {
+      float value = (d[4 * k + j] - center) * scale * weight[k].v[j];
+      if (layer_norm) value += bias[k].v[j];
+      out.v[j] = from_float<T>(value);
+    }
+    h4[p] = out;
+  }
+}
+
 // Rows too long for registers: the same three steps, each a loop over the row in device
 // memory (r is written in the first loop and re-read, mostly from L2, by the others).
 template <typename T>
@@ -168,6 +250,40 @@ int threads_for(int dim) {
   return warps * 32 > kMaxThreads ? kMaxThreads : warps * 32;
 }
 
+bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// The packed kernel needs whole packs in every row and every array aligned to its pack.
+template <typename T>
+bool packs_fit(const float* x, const T* delta, const float* r, const T* h, int dim,
+               const NormParams& params) {
+  return dim % 4 == 0 && dim / 4 <= kMaxPackedThreads * 4 && aligned(x, 16) && aligned(r, 16) &&
+         aligned(delta, 4 * sizeof(T)) && aligned(h, 4 * sizeof(T)) &&
+         aligned(params.weight, 16) &&
+         (params.norm != Norm::LayerNorm || aligned(params.bias, 16));
+}
+
+// The fewest packs per thread (1, 2 or 4) that cover the row with at most
+// kMaxPackedThreads threads: registers stay few, so several rows are in flight on each
+// multiprocessor.
+template <typename T>
+void launch_packed(const float* x, const T* delta, float* r, T* h, int rows, int dim,
+                   const NormParams& params, cudaStream_t stream) {
+  const int packs = dim / 4;
+  const auto threads = [&](int per_thread) {
+    return ((packs + per_thread - 1) / per_thread + 31) / 32 * 32;
+  };
+  if (threads(1) <= kMaxPackedThreads) {
+    add_norm_packed_kernel<T, 1><<<rows, threads(1), 0, stream>>>(x, delta, r, h, dim, params);
+  } else if (threads(2) <= kMaxPackedThreads) {
+    add_norm_packed_kernel<T, 2><<<rows, threads(2), 0, stream>>>(x, delta, r, h, dim, params);
+  } else {
+    add_norm_packed_kernel<T, 4><<<rows, threads(4), 0, stream>>>(x, delta, r, h, dim, params);
+  }
+  WB_CHECK_LAUNCH("add_norm_packed_kernel");
+}
+
 template <typename T>
 void launch_add_norm(const float* x, const T* delta, float* r, T* h, int rows, int dim,
                      const NormParams& params, cudaStream_t stream) {
@@ -175,7 +291,9 @@ void launch_add_norm(const float* x, const T* delta, float* r, T* h, int rows, i
   check_add_args("add_norm_fused", x, delta, r, static_cast<std::size_t>(rows) * dim);
   if (rows == 0) return;
   // One block per row in grid.x (up to 2^31 - 1 rows; grid.y would stop at 65535).
-  if (dim <= kMaxThreads * kMaxPerThread) {
+  if (packs_fit(x, delta, r, h, dim, params)) {
+    launch_packed(x, delta, r, h, rows, dim, params, stream);
+  } else if (dim <= kMaxThreads * kMaxPerThread) {
     add_norm_kernel<T><<<rows, threads_for(dim), 0, stream>>>(x, delta, r, h, dim, params);
     WB_CHECK_LAUNCH("add_norm_kernel");
   } else {

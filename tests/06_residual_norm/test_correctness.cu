@@ -185,11 +185,12 @@ struct Shape {
   int rows, dim;
 };
 // 1, odd dims, dims that are not a multiple of 4, 32 or the block size, the model widths
-// (768, 2560, 4096), the largest row that fits in one block's registers in the reference
-// (16384) and rows past it (16385, 20000: another path).
-const std::vector<Shape> kShapes = {{1, 1},     {1, 3},    {7, 17},   {3, 100},  {33, 768},
-                                    {5, 1001},  {9, 2560}, {3, 4096}, {2, 8191}, {2, 16384},
-                                    {2, 16385}, {1, 20000}};
+// (768, 2560, 4096, 6144: the reference's packed kernel with 1, 2 and 4 packs per thread),
+// the largest row that fits in one block's registers in the reference (16384) and rows past
+// it (16385, 20000: another path).
+const std::vector<Shape> kShapes = {{1, 1},    {1, 3},     {7, 17},    {3, 100},  {33, 768},
+                                    {5, 1001}, {9, 2560},  {3, 4096},  {3, 6144}, {2, 8191},
+                                    {2, 16384}, {2, 16385}, {1, 20000}};
 
 template <typename T>
 void check_shapes(Impl impl, Norm norm, const std::vector<Shape>& shapes) {
@@ -214,7 +215,8 @@ TEST_CASE("unfused add then norm, fp32, both norms, every shape") {
 
 TEST_CASE("half precision delta and h (fp16, bf16), fp32 residual stream") {
   WB_REQUIRE_GPU();
-  const std::vector<Shape> shapes = {{1, 1}, {7, 17}, {33, 768}, {5, 2561}, {2, 16384}, {1, 20000}};
+  const std::vector<Shape> shapes = {{1, 1},   {7, 17},  {33, 768},  {9, 2560},
+                                     {5, 2561}, {3, 6144}, {2, 16384}, {1, 20000}};
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
     for (const Norm norm : {Norm::LayerNorm, Norm::RMSNorm}) {
       check_shapes<__half>(impl, norm, shapes);

@@ -4,7 +4,7 @@
 //     (step 1, all threads): moving the sort to the GPU does not help while the whole row
 //     still crosses PCIe and the CPU still touches every logit;
 //   - step 3 (softmax and selection on the GPU, only candidates copied) is faster than step 2;
-//   - step 4 (fused, sort-free) is at least 10x faster than step 2.
+//   - step 4 (fused, sort-free) is much faster than step 2 (the pass mark: data/rubric.json).
 // Steps 1 to 3 synchronize (their CPU half needs the data), so every step is timed with the
 // harness's host clock (Clock::Host: the device is idle at both clock reads), cold L2, the
 // median of a stable sample. Each timing ends by re-checking the sampler on fresh logits.
@@ -179,7 +179,7 @@ TEST_CASE("step 3 is faster than step 2 at 16x151936 (only the candidates come b
                               "sorted row), and do the softmax's max and sum on the GPU."));
 }
 
-TEST_CASE("step 4 (fused) is at least 10x faster than step 2 at 16x151936 (pass mark: rubric)") {
+TEST_CASE("step 4 (fused) is much faster than step 2 at 16x151936 (pass mark: rubric)") {
   WB_REQUIRE_GPU();
   Problem p;
   const wb::Stats step2 = time_object<ch07::SortThenCpuSampler>(p, "step 2 (sort, then the CPU)");
@@ -189,7 +189,7 @@ TEST_CASE("step 4 (fused) is at least 10x faster than step 2 at 16x151936 (pass 
   wb::testing::record_metric("fused_us", fused.median_us);
   wb::testing::record_metric("step2_over_fused", ratio);
   CHECK_MESSAGE(ratio >= kFusedOverStep2,
-                ratio_message("the fused sampler should be at least 10x faster than step 2",
+                ratio_message("the fused sampler should be at least " + std::to_string(int(kFusedOverStep2)) + "x faster than step 2",
                               "step 2", step2, "step 4", fused, kFusedOverStep2,
                               "no sort: find the top-k / top-p cut with a select (histograms of "
                               "the logits' bits) over the row while it sits in L2, and draw "

@@ -30,13 +30,16 @@ TEST_CASE("ceilings: copy bandwidth is plausible for this GPU's memory") {
   // Theoretical DRAM bandwidth: memory clock x bus width x 2 (double data rate).
   const double theoretical_gbps = 2.0 * d.mem_clock_mhz * 1e6 * (d.mem_bus_bits / 8.0) / 1e9;
   wb::testing::record_metric("copy_gbps", c.copy_gbps);
+  wb::testing::record_metric("read_gbps", c.read_gbps);
   wb::testing::record_metric("theoretical_gbps", theoretical_gbps);
   wb::testing::record_metric("launch_us", c.launch_us);
   wb::testing::record_metric("launch_sync_us", c.launch_sync_us);
-  MESSAGE("copy " << c.copy_gbps << " GB/s of " << theoretical_gbps << " theoretical; launch "
+  MESSAGE("copy " << c.copy_gbps << " GB/s, read-only " << c.read_gbps << " GB/s, of " << theoretical_gbps << " theoretical; launch "
                   << c.launch_us << " us back to back, " << c.launch_sync_us << " us with a sync");
   CHECK(c.copy_gbps > 0.6 * theoretical_gbps);
   CHECK(c.copy_gbps < 1.05 * theoretical_gbps);
+  CHECK(c.read_gbps > 0.6 * theoretical_gbps);
+  CHECK(c.read_gbps < 1.05 * theoretical_gbps);
   CHECK(c.launch_us > 0.3);
   CHECK(c.launch_us < 20);
   CHECK(c.launch_sync_us >= c.launch_us);

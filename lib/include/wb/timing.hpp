@@ -75,6 +75,7 @@ struct Stats {
 struct Ceilings {
   double copy_gbps = 0;           // best of cudaMemcpyAsync D2D and a vectorized copy kernel,
                                   // counting bytes read + bytes written
+  double read_gbps = 0;           // a read-only float4 kernel (faster than a copy on HBM)
   double launch_us = 0;           // device time per launch of an empty kernel, back to back
   double launch_sync_us = 0;      // host time of launch + synchronize, one empty kernel
   double l2_bytes = 0;
