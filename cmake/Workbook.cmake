@@ -68,8 +68,34 @@ function(_wb_add_test_binary target obj chapter_lib)
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
 
+# A wrong version kept as its mistake alone: a .patch against the reference file. The patched
+# file is made at build time, so it follows the reference as the reference changes, and a
+# patch that no longer applies stops the build. git apply is the patch tool (a checkout has
+# git); GIT_CEILING_DIRECTORIES keeps it from taking the build tree for part of the
+# repository, so it patches the copy in front of it. The copy is patched in a staging
+# directory, so a failed apply leaves no output that looks up to date.
+function(_wb_patched_source out_var original patch_file tag)
+  if(NOT GIT_EXECUTABLE)
+    message(FATAL_ERROR "workbook: ${patch_file} is a patch; applying it needs git, which was not found")
+  endif()
+  get_filename_component(file_name "${original}" NAME)
+  set(work "${CMAKE_CURRENT_BINARY_DIR}/patched/${tag}")
+  file(MAKE_DIRECTORY "${work}/stage")
+  add_custom_command(
+    OUTPUT "${work}/${file_name}"
+    COMMAND ${CMAKE_COMMAND} -E copy "${original}" "${work}/stage/${file_name}"
+    COMMAND ${CMAKE_COMMAND} -E env "GIT_CEILING_DIRECTORIES=${work}" ${GIT_EXECUTABLE} apply "${patch_file}"
+    COMMAND ${CMAKE_COMMAND} -E copy "${work}/stage/${file_name}" "${work}/${file_name}"
+    WORKING_DIRECTORY "${work}/stage"
+    DEPENDS "${original}" "${patch_file}"
+    COMMENT "workbook: ${tag}: the reference ${file_name} with ${patch_file}"
+    VERBATIM)
+  set(${out_var} "${work}/${file_name}" PARENT_SCOPE)
+endfunction()
+
 # The solution with some editable files swapped for other versions kept under tests/<slug>/:
 #   "wrong":    [{"name", "replaces": {file: path}, "test": file, "expect": regex}]
+#               (a path ending in .patch is a patch against the reference file)
 #               CTest <NN>.wrong.<name> passes when the test's output matches "expect" (the
 #               tests caught the mistake and named the rule it broke);
 #   "variants": [{"name", "replaces": {file: path}}]
@@ -97,6 +123,10 @@ function(_wb_add_swapped_builds key j id slug dir editable support)
       string(JSON swapped ERROR_VARIABLE not_swapped GET "${replaces}" "${f}")
       if(not_swapped)
         list(APPEND sources "${PROJECT_SOURCE_DIR}/solutions/${slug}/${f}")
+      elseif(swapped MATCHES "\\.patch$")
+        _wb_patched_source(patched "${PROJECT_SOURCE_DIR}/solutions/${slug}/${f}"
+                           "${PROJECT_SOURCE_DIR}/${dir}/${swapped}" "${id}_${key}_${name}")
+        list(APPEND sources "${patched}")
       else()
         list(APPEND sources "${PROJECT_SOURCE_DIR}/${dir}/${swapped}")
       endif()
