@@ -101,6 +101,8 @@ TEST_CASE("classify_failure names the likely cause") {
   CHECK(classify_failure("ch04 fused softmax 3x5: 2 of 15 elements differ") == "wrong_answer");
   CHECK(classify_failure("the fused softmax is 1.2x faster, the pass mark is 2x", "timing") == "too_slow");
   CHECK(classify_failure("fused softmax (re-checked after timing): 3 elements differ", "timing") == "wrong_answer");
+  // Chapter 08's "model" kind checks answers (logits, tokens): never "too slow".
+  CHECK(classify_failure("ch08 graph replay: token 17 differs from the un-graphed loop", "model") == "wrong_answer");
 }
 
 TEST_CASE("doctest's summary line is found, colours or not") {
