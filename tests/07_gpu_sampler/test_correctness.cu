@@ -32,6 +32,7 @@
 #include "wb/api_counter.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/kernel_coverage.hpp"  // quick(): under compute-sanitizer
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
@@ -491,8 +492,16 @@ struct DistributionCase {
 // whose CPU half touches every logit of every draw (steps 1 and 2), most of all on
 // 151936-wide rows. Their chi-square is weaker there but
 // still exact (the same significance); the suite must run in seconds, many times over (once
-// per known-wrong version).
+// per known-wrong version). Under compute-sanitizer (wb::coverage::quick()) every step gets at
+// most 2560 draws: the tools slow each call down a hundredfold, and what they check (every
+// access of every path) needs the calls, not the statistics; the chi-square stays exact, only
+// weaker.
+long long draws_for_full_run(Step step, int vocab);
 long long draws_for(Step step, int vocab) {
+  const long long full = draws_for_full_run(step, vocab);
+  return wb::coverage::quick() ? std::min(full, 2560LL) : full;
+}
+long long draws_for_full_run(Step step, int vocab) {
   if (vocab < 20000) {
     if (step == Step::SortThenCpu || step == Step::Cpu) return 12800;  // their CPU half is slow
     return 102400;
