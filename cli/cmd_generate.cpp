@@ -7,10 +7,14 @@
 //   ./workbook generate --save-synthetic synthetic110m.bin  # for llama2.c's run.c
 //   ./workbook generate --sampler 07 --temperature 0.8 --top-k 50 --top-p 0.9 --seed 7
 //                                                          # chapter 07's samplers pick
+//   ./workbook generate --backend 08 --temperature 0.8 --top-p 0.9
+//                                                          # chapter 08: the whole token loop on the GPU
 //
 // The CPU backend runs here (wb::model). The GPU backends live in the chapters' libraries,
 // which only chapter 03's bench program links (all three chapters, one build): this
-// command builds build/bin/bench_03_<build> and runs its `generate` subcommand.
+// command builds build/bin/bench_03_<build> and runs its `generate` subcommand. Backend 08 (the
+// whole forward pass and the sampler on the GPU, the step as a CUDA graph) is chapter 08's bench
+// program, build/bin/bench_08_<build> generate.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -90,6 +94,32 @@ int generate_with_chapter_sampler(const Options& o) {
   return code;
 }
 
+// Backend 08: chapter 08's decoder (bench_08_<build> generate), with chapter 07's fused sampler
+// on the GPU (so --top-k and --top-p apply) and the step as a CUDA graph.
+int generate_with_chapter_08(const Options& o) {
+  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
+  const std::string target = "bench_08_" + o.build;
+  const std::string binary_dir = WB_BINARY_DIR;
+  std::cerr << "workbook generate: building " << target << " (chapter 08, " << o.build << " build)\n";
+  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
+    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: backend 08 needs "
+              << "chapters 01, 03, 04, 06, 07 and 08 configured"
+              << (o.build == "student" ? " and your chapter files compiling" : "")
+              << "; `./workbook check 08` shows what is missing.\n";
+    return 2;
+  }
+  std::vector<std::string> args = {binary_dir + "/bin/" + target, "generate", "--steps", std::to_string(o.steps),
+                                   "--temperature", std::to_string(o.temperature), "--top-k",
+                                   std::to_string(o.top_k), "--top-p", std::to_string(o.top_p), "--seed",
+                                   std::to_string(o.seed)};
+  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
+  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
+  const int code = run_and_wait(args, false);
+  if (code == 77) std::cerr << "workbook generate: backend 08 needs a CUDA device; try --backend cpu\n";
+  return code;
+}
+
 // The GPU backends: build chapter 03's bench program for `build` and let it generate.
 int generate_on_gpu(const Options& o) {
   grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
@@ -123,8 +153,9 @@ void register_generate(CLI::App& app) {
       "generate",
       "Generate text with a llama2.c model; the matmuls run on the CPU or on chapter 01/02/03's GPU code. "
       "Without --model: WB_DATA_DIR's stories260K.bin, else the synthetic 110M model.");
-  cmd->add_option("--backend", options->backend, "where the matmuls run: cpu, 01, 02 or 03")
-      ->check(CLI::IsMember({"cpu", "01", "02", "03"}))
+  cmd->add_option("--backend", options->backend,
+                  "where the matmuls run: cpu, 01, 02 or 03; 08: the whole token loop on the GPU (chapter 08)")
+      ->check(CLI::IsMember({"cpu", "01", "02", "03", "08"}))
       ->capture_default_str();
   cmd->add_option("--build", options->build, "GPU backends: the reference (solution) or your code (student)")
       ->check(CLI::IsMember({"solution", "student"}))
@@ -140,9 +171,10 @@ void register_generate(CLI::App& app) {
                   "pick tokens with chapter 07's samplers: cpu (step 1) or 07 (the fused GPU sampler); "
                   "reproducible with --seed")
       ->check(CLI::IsMember({"cpu", "07"}));
-  cmd->add_option("--top-k", options->top_k, "with --sampler: keep the k most probable tokens (0 = off)")
+  cmd->add_option("--top-k", options->top_k,
+                  "with --sampler or --backend 08: keep the k most probable tokens (0 = off)")
       ->capture_default_str();
-  cmd->add_option("--top-p", options->top_p, "with --sampler: keep the nucleus of this mass (1 = off)")
+  cmd->add_option("--top-p", options->top_p, "with --sampler or --backend 08: keep the nucleus of this mass (1 = off)")
       ->capture_default_str();
   cmd->add_option("--save-synthetic", options->save_synthetic,
                   "write the synthetic 110M model as a llama2.c checkpoint to this file and exit");
@@ -170,8 +202,12 @@ void register_generate(CLI::App& app) {
       set_exit_code(generate_with_chapter_sampler(o));
       return;
     }
+    if (o.backend == "08") {  // chapter 08 samples on the GPU itself (chapter 07's fused sampler)
+      set_exit_code(generate_with_chapter_08(o));
+      return;
+    }
     if (o.top_k != 0 || o.top_p != 1.0f) {
-      std::cerr << "workbook generate: --top-k and --top-p need --sampler cpu or --sampler 07\n";
+      std::cerr << "workbook generate: --top-k and --top-p need --sampler cpu, --sampler 07 or --backend 08\n";
       set_exit_code(2);
       return;
     }

@@ -1,0 +1,274 @@
+// Chapter 08 bench: the whole token loop on the GPU, against the CPU engine and chapter 03.
+// For each model (the synthetic 110M model; stories260K too when WB_DATA_DIR has it):
+//   cpu_all_threads   the CPU engine on every OpenMP thread
+//   03_persistent     chapter 03 (reference): weights resident, the rest on the CPU
+//   08_step_by_step   this chapter's decoder, every kernel launched from the host
+//   08_graph          the same step captured once as a CUDA graph, one launch per token
+// greedy decoding from BOS, tokens/s over all steps but the first. The 08 entries add where
+// one un-graphed step's device time goes (stage_us), the weight bytes a token reads and the
+// roofline: tokens/s if every weight were read once per token at the measured read ceiling.
+//
+//   build/bin/bench_08_<build> [--out FILE] [--quick] [--steps N]
+//   build/bin/bench_08_<build> generate [--model F] [--tokenizer F] [--prompt TEXT] [--steps N]
+//                              [--temperature T] [--top-k K] [--top-p P] [--seed S] [--graph on|off]
+// Writes results/08_token_loop-<build>.json, one entry per (variant, shape), shapes
+// "stories260K" (when WB_DATA_DIR has it) and "synthetic-110m" (the ladder's model).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu_decoder.hpp"
+#include "persistent.hpp"  // chapter 03 (reference)
+#include "wb/device.hpp"
+#include "wb/model/bench_support.hpp"
+#include "wb/model/checkpoint.hpp"
+#include "wb/model/data.hpp"
+#include "wb/model/generate_cli.hpp"
+#include "wb/model/matmul.hpp"
+#include "wb/model/synthetic.hpp"
+#include "wb/model/tokenizer.hpp"
+#include "wb/not_implemented.hpp"
+#include "wb/results.hpp"
+#include "wb/timing.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using wb::model::Model;
+
+nlohmann::json stage_json(const ch08::StageTimes& s) {
+  return {{"embed_norm", s.embed_norm_us}, {"matvec", s.matvec_us}, {"rope", s.rope_us},
+          {"attention", s.attention_us},   {"swiglu", s.swiglu_us}, {"sampler", s.sampler_us},
+          {"total", s.total_us()}};
+}
+
+void print_row(const std::string& variant, double tps, double cpu_tps, double roofline) {
+  std::printf("  %-16s %10.1f %10s %10s\n", variant.c_str(), tps,
+              cpu_tps > 0 ? (std::to_string(tps / cpu_tps).substr(0, 6) + "x").c_str() : "-",
+              roofline > 0 ? (std::to_string(100.0 * tps / roofline).substr(0, 5) + "%").c_str() : "-");
+  std::fflush(stdout);
+}
+
+void bench_model(wb::ResultsWriter& writer, const std::string& build, const Model& model,
+                 const std::string& shape, int steps) {
+  const int all = wb::model::max_threads();
+  steps = std::min(steps, model.config().seq_len - 1);
+  std::printf("\n%s: %s\n  %s\n  %-16s %10s %10s %10s\n", shape.c_str(), model.origin().c_str(),
+              model.config().summary().c_str(), "variant", "tok/s", "x cpu", "% roofline");
+  double cpu_tps = 0;
+  {
+    std::fprintf(stderr, "running cpu_all_threads on %s...\n", shape.c_str());
+    wb::model::CpuMatmul cpu(all);
+    const nlohmann::json m = wb::model::measure_rung(model, cpu, all, steps);
+    writer.add_metrics("cpu_all_threads", "cpu", shape, m);
+    cpu_tps = m.at("tokens_per_s").get<double>();
+    print_row("cpu_all_threads", cpu_tps, cpu_tps, 0);
+  }
+  {
+    std::fprintf(stderr, "running 03_persistent on %s...\n", shape.c_str());
+    ch03::PersistentMatvec persistent;
+    wb::model::FunctionMatmul backend(
+        "03_persistent",
+        [&persistent](float* out, const float* x, const float* W, int n, int d) { persistent.matvec(out, x, W, n, d); },
+        [&persistent](std::span<const float> w) { persistent.load(w.data(), w.size()); });
+    const nlohmann::json m = wb::model::measure_rung(
+        model, backend, all, steps, wb::model::Protocol::Persistent,
+        [](float* y, const float* x, const float* W, int n, int d, cudaStream_t s) {
+          ch03::launch_matvec(y, x, W, n, d, s);
+        });
+    writer.add_metrics("03_persistent", "reference", shape, m);
+    print_row("03_persistent", m.at("tokens_per_s").get<double>(), cpu_tps, 0);
+  }
+  try {
+    ch08::GpuModel gm(model);
+    ch08::GpuDecoder dec(gm);
+    const std::size_t bytes = gm.weight_bytes_per_token();
+    const wb::Ceilings& ceil = wb::measured_ceilings();
+    const bool use_read = ceil.read_gbps > 0;
+    const double gbps = use_read ? ceil.read_gbps : ceil.copy_gbps;
+    const double roofline = gbps * 1e9 / double(bytes);
+    std::fprintf(stderr, "measuring the stages of the un-graphed step on %s...\n", shape.c_str());
+    const ch08::StageTimes stages = dec.measure_stages(std::min(steps, 64));
+    for (ch08::StepMode mode : {ch08::StepMode::StepByStep, ch08::StepMode::Graph}) {
+      const std::string variant = std::string("08_") + ch08::to_string(mode);
+      std::fprintf(stderr, "running %s on %s...\n", variant.c_str(), shape.c_str());
+      dec.set_mode(mode);
+      const double tps = dec.measure_tokens_per_s(steps);
+      // The decoder's own launch count per token (sampling, so the sampler is included).
+      (void)dec.generate(std::vector<int>{wb::model::Tokenizer::kBos}, std::min(steps, 32),
+                         ch07::SamplingParams{1.0f, 0, 1.0f, 1, 0});
+      nlohmann::json m;
+      m["tokens_per_s"] = tps;
+      m["tokens_timed"] = steps - 1;
+      m["steps"] = steps;
+      m["mode"] = ch08::to_string(mode);
+      m["stage_us"] = stage_json(stages);
+      m["stage_method"] = "one un-graphed step per token, cudaEvents between the stages, averaged over " +
+                          std::to_string(std::min(steps, 64)) + " tokens (the same for both modes)";
+      m["breakdown_us"] = {{"alloc", 0.0}, {"h2d", 0.0}, {"kernel", 1e6 / tps}, {"d2h", 0.0}, {"free", 0.0}};
+      m["breakdown_method"] =
+          "the whole token (step, sampler, the 4-byte token copy back) under 'kernel': 1e6 / tokens_per_s";
+      m["host_launches_per_token"] = dec.host_launches_per_step();
+      m["step_nodes"] = dec.step_nodes();
+      m["sampler_nodes"] = dec.sampler_nodes();
+      m["weight_bytes_per_token"] = bytes;
+      m["roofline_tokens_per_s"] = roofline;
+      m["roofline_ceiling"] = use_read ? "read_gbps" : "copy_gbps";
+      writer.add_metrics(variant, build, shape, m);
+      print_row(variant, tps, cpu_tps, roofline);
+    }
+    std::printf("  stages of one un-graphed step (us): embed+norm %.1f, matvec %.1f, rope %.1f, attention %.1f, "
+                "swiglu %.1f, sampler %.1f; roofline %.0f tok/s (%.1f MB per token at %.0f GB/s)\n",
+                stages.embed_norm_us, stages.matvec_us, stages.rope_us, stages.attention_us, stages.swiglu_us,
+                stages.sampler_us, roofline, double(bytes) / 1e6, gbps);
+  } catch (const wb::NotImplemented& e) {
+    std::printf("  %-16s to do: %s\n", "08_*", e.what());
+  }
+}
+
+int run_bench(const std::string& build, const std::string& out, int steps) {
+  wb::ResultsWriter writer("08_token_loop", build);
+  std::printf("chapter 08, the whole token loop on the GPU (%s build) on %s, %d CPU threads; greedy, %d steps\n",
+              build.c_str(), wb::device_info().name.c_str(), wb::model::max_threads(), steps);
+  std::string why;
+  if (const auto files = wb::model::tiny_stories_from_env(&why)) {
+    const Model m = wb::model::load_checkpoint(files->model);
+    bench_model(writer, build, m, "stories260K", steps);
+  } else {
+    std::printf("\n(stories260K skipped: %s)\n", why.c_str());
+  }
+  std::fprintf(stderr, "generating the synthetic 110M model...\n");
+  const Model m = wb::model::make_synthetic(wb::model::synthetic_110m());
+  bench_model(writer, build, m, "synthetic-110m", steps);
+  const auto path = out.empty() ? writer.default_path() : fs::path(out);
+  writer.write(path);
+  std::printf("\nwrote %s\n", path.string().c_str());
+  return 0;
+}
+
+struct GenerateArgs {
+  std::string model_path, tokenizer_path, prompt, graph = "on";
+  int steps = 256;
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
+  unsigned long long seed = 42;
+};
+
+std::optional<fs::path> tokenizer_next_to(const fs::path& model, int vocab) {
+  for (const std::string name : {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
+    std::error_code ec;
+    if (fs::exists(model.parent_path() / name, ec)) return model.parent_path() / name;
+  }
+  return std::nullopt;
+}
+
+int run_generate(const GenerateArgs& a) {
+  std::optional<Model> model;
+  std::optional<wb::model::Tokenizer> tok;
+  fs::path model_path = a.model_path, tokenizer_path = a.tokenizer_path;
+  if (model_path.empty())
+    if (const auto tiny = wb::model::tiny_stories_from_env()) {
+      model_path = tiny->model;
+      if (tokenizer_path.empty()) tokenizer_path = tiny->tokenizer;
+      std::cerr << "no --model given: using " << model_path.string() << " from WB_DATA_DIR\n";
+    }
+  if (model_path.empty()) {
+    std::cerr << wb::model::no_model_note();
+    model.emplace(wb::model::make_synthetic(wb::model::synthetic_110m()));
+    if (!tokenizer_path.empty()) tok.emplace(wb::model::Tokenizer::load(tokenizer_path, model->config().vocab_size));
+    else tok.emplace(wb::model::Tokenizer::synthetic(model->config().vocab_size, wb::model::synthetic_110m().seed));
+  } else {
+    model.emplace(wb::model::load_checkpoint(model_path));
+    if (tokenizer_path.empty()) {
+      const auto found = tokenizer_next_to(model_path, model->config().vocab_size);
+      if (!found) {
+        std::cerr << "bench_08 generate: no --tokenizer given and none found next to " << model_path.string()
+                  << "\nhint: pass --tokenizer (tok512.bin for stories260K, tokenizer.bin for the 32000-token models)\n";
+        return 2;
+      }
+      tokenizer_path = *found;
+    }
+    tok.emplace(wb::model::Tokenizer::load(tokenizer_path, model->config().vocab_size));
+  }
+  const ch08::StepMode mode = a.graph == "on" ? ch08::StepMode::Graph : ch08::StepMode::StepByStep;
+  std::cerr << "model: " << model->origin() << "\n  " << model->config().summary()
+            << "\ndecoder: chapter 08 (" << WB_BUILD_NAME << " build), " << ch08::to_string(mode)
+            << ", the fused GPU sampler (chapter 07)\n";
+  ch08::GpuModel gm(*model);
+  ch08::GpuDecoder dec(gm);
+  dec.set_mode(mode);
+  const std::vector<int> prompt = tok->encode(a.prompt, /*bos=*/true, /*eos=*/false);
+  ch07::SamplingParams p;
+  p.temperature = a.temperature;
+  p.top_k = a.top_k;
+  p.top_p = a.top_p;
+  p.seed = a.seed;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> tokens = dec.generate(prompt, a.steps, p);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string text;
+  for (std::size_t i = 1; i < tokens.size(); ++i) {
+    const std::string piece = tok->decode(tokens[i - 1], tokens[i]);
+    if (!wb::model::is_unprintable_piece(piece)) text += piece;
+  }
+  std::cout << text << "\n" << std::flush;
+  std::cerr << std::fixed << std::setprecision(1) << "tok/s: " << dec.forward_passes() / seconds << " ("
+            << dec.forward_passes() << " forward passes, the first included; " << dec.host_launches_per_step()
+            << " host launches per token)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string build = WB_BUILD_NAME;
+  CLI::App app{"Chapter 08 bench: the whole token loop on the GPU (CPU, chapter 03, step by step, graph)"};
+  std::string out;
+  bool quick = false;
+  int steps = 0;
+  app.add_option("--out", out, "results file (default: results/08_token_loop-<build>.json)");
+  app.add_flag("--quick", quick, "32 steps instead of 256");
+  app.add_option("--steps", steps, "forward passes per variant (default 256, like the llama2.c anchors)");
+
+  GenerateArgs g;
+  auto* gen = app.add_subcommand("generate", "generate text with the chapter 08 decoder (./workbook generate --backend 08)");
+  gen->add_option("--model", g.model_path, "llama2.c checkpoint (default: WB_DATA_DIR, else synthetic)");
+  gen->add_option("--tokenizer", g.tokenizer_path, "llama2.c tokenizer (default: next to the model)");
+  gen->add_option("--prompt", g.prompt, "text to start from");
+  gen->add_option("--steps", g.steps, "forward passes (default 256, capped at the model's context)");
+  gen->add_option("--temperature", g.temperature, "0 = greedy (default)");
+  gen->add_option("--top-k", g.top_k, "keep the k most probable tokens (0 = off)");
+  gen->add_option("--top-p", g.top_p, "keep the nucleus of this mass (1 = off)");
+  gen->add_option("--seed", g.seed, "sampling seed");
+  gen->add_option("--graph", g.graph, "on: the step as a CUDA graph (default); off: launched kernel by kernel")
+      ->check(CLI::IsMember({"on", "off"}));
+  CLI11_PARSE(app, argc, argv);
+
+  if (!wb::has_cuda_device()) {
+    std::cerr << "bench_08: skipped: no CUDA device\n";
+    return 77;
+  }
+  try {
+    if (gen->parsed()) return run_generate(g);
+    return run_bench(build, out, steps > 0 ? steps : (quick ? 32 : 256));
+  } catch (const wb::NotImplemented& e) {
+    std::cerr << "bench_08: " << e.what() << "\nfinish the chapter's TODOs first (./workbook check 08)\n";
+    return 1;
+  } catch (const wb::model::ModelError& e) {
+    std::cerr << "bench_08: " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "bench_08: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_08: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,160 @@
+#pragma once
+// Chapter 08's decoder: the llama2 forward pass and the sampler, all on the device, with the
+// weights resident (chapter 03). Support code, not the student's: it strings the student's
+// kernels (token_loop.cuh: RoPE + cache append, attention, SwiGLU, the step graph) together
+// with the earlier chapters' REFERENCE kernels (01's matvec,
+// 06's fused add + RMSNorm, 07's fused sampler), so chapter 08 can be done before 06 or 07.
+//
+//   ch08::GpuModel model(cpu_model);            // uploads the weights once
+//   ch08::GpuDecoder decoder(model);             // activations, KV cache, pos/token on the device
+//   decoder.set_mode(ch08::StepMode::Graph);     // capture the step once, replay per token
+//   std::vector<int> tokens = decoder.generate(prompt_tokens, 256, sampling);
+//
+// Per step only the chosen token (4 bytes) comes back to the host.
+//
+// Design (why it is built this way):
+//   - Every buffer (activations, KV cache, sampler workspace, *pos, *token, pinned host
+//     slots) is allocated once in the constructor: a captured graph holds their addresses,
+//     and no step may allocate.
+//   - The residual stream ping-pongs between two buffers (chapter 06's outputs may not
+//     alias its inputs); after each layer's two adds it is back in buffer 0, so every step
+//     enqueues exactly the same work: what a graph needs.
+//   - The position and the token live in device memory; the step reads them through
+//     pointers and ends by advancing *pos (token_loop.cuh explains why).
+//   - The sampler is NOT in the graph: ch07::SamplingParams carries the step counter by
+//     value, and a graph would freeze it (every sampled token would reuse one random
+//     number). It is launched from the host after each replay (its own kernel or two).
+//   - The host keeps its own copy of the position and checks it before each step.
+//   - The constructor runs one un-graphed warm-up step (every kernel's module is loaded, and
+//     a broken kernel fails there, before any capture), then counts the launches of a step
+//     and of the sampler by capturing each into a throwaway graph (plain CUDA API, not run).
+//   - WB_DEBUG_SYNC=1 (WB_CHECK_LAUNCH synchronizes after every launch) cannot be combined
+//     with Graph mode: a synchronize inside a capture breaks it.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sampler.cuh"      // chapter 07: SamplingParams
+#include "token_loop.cuh"   // this chapter's API
+#include "wb/model/checkpoint.hpp"
+
+namespace ch08 {
+
+// The model's weights on the device: Model::payload() uploaded once, in file order, so every
+// matrix is found at the same offset as on the host.
+class GpuModel {
+ public:
+  explicit GpuModel(const wb::model::Model& model);
+  ~GpuModel();
+  GpuModel(const GpuModel&) = delete;
+  GpuModel& operator=(const GpuModel&) = delete;
+
+  const wb::model::Config& config() const { return config_; }
+  const wb::model::Model& host() const { return host_; }
+  // The device copy of a host weight pointer (one that points into host().payload()).
+  const float* device(const float* host_weight) const;
+  // Bytes of weights one token reads (every matrix and norm once, one embedding row).
+  std::size_t weight_bytes_per_token() const;
+
+ private:
+  const wb::model::Model& host_;
+  wb::model::Config config_;
+  float* d_payload_ = nullptr;
+};
+
+enum class StepMode {
+  StepByStep,  // every kernel launched from the host, every token
+  Graph,       // the step captured once (StepGraph), one graph launch per token
+};
+const char* to_string(StepMode mode);
+
+// Where one un-graphed step's device time goes (events recorded between the stages, each
+// segment added to the stage it ends; averaged per token). The step-advancing kernel is
+// counted under embed_norm.
+struct StageTimes {
+  double embed_norm_us = 0;   // embedding row, RMSNorms and fused residual adds
+  double matvec_us = 0;       // every matvec (q, k, v, o, w1, w3, w2, classifier)
+  double rope_us = 0;         // RoPE + cache append
+  double attention_us = 0;
+  double swiglu_us = 0;
+  double sampler_us = 0;
+  double total_us() const;
+};
+
+class GpuDecoder {
+ public:
+  // Allocates everything a step needs (activations, the KV cache, the sampler's workspace,
+  // the device position and token) and creates its own stream. No allocation after this.
+  explicit GpuDecoder(const GpuModel& model);
+  ~GpuDecoder();
+  GpuDecoder(const GpuDecoder&) = delete;
+  GpuDecoder& operator=(const GpuDecoder&) = delete;
+
+  // Graph captures on first use (and again after set_mode). Capturing needs the chapter's
+  // StepGraph; StepByStep does not use it at all.
+  void set_mode(StepMode mode);
+  StepMode mode() const { return mode_; }
+
+  // Restarts at position 0 (the KV cache of earlier positions is simply overwritten).
+  void reset();
+  // The position the next forward pass runs at (the host's copy of *d_pos). A forward pass
+  // at position >= seq_len throws std::out_of_range before anything is enqueued.
+  int position() const { return pos_; }
+
+  // Teacher forcing: runs one forward pass of `token` at the current position and advances
+  // it; returns the logits (copied to the host: for tests, not for decoding). A token
+  // outside the vocabulary throws std::invalid_argument.
+  std::vector<float> forward_logits(int token);
+
+  // Decoding: feeds `prompt` (BOS first, as wb::model::generate does), then samples until
+  // `steps` forward passes are done (capped at seq_len) or BOS comes out. Returns every token
+  // fed or produced, starting with prompt[0]. Sampling step counter = position. Starts at
+  // position 0 (reset()). A prompt longer than the steps throws wb::model::ModelError. The
+  // sampler runs after each step (outside the graph: its step counter is passed by value)
+  // and writes the next token to device memory, where the next step's embedding reads it; a
+  // forced prompt token is copied there instead (4 bytes, from pinned memory).
+  std::vector<int> generate(std::span<const int> prompt, int steps,
+                            const ch07::SamplingParams& sampling);
+
+  // tokens/s of greedy decoding from BOS over `steps` forward passes (the first not timed).
+  double measure_tokens_per_s(int steps);
+  // Event-timed stages of one un-graphed step, averaged over `steps` steps from BOS.
+  StageTimes measure_stages(int steps);
+
+  cudaStream_t stream() const { return stream_; }
+  // Launches enqueued from the host per generated token by the last generate(), the
+  // decoder's own count (CUPTI counts them independently in the tests): StepByStep, the
+  // step's kernels (counted once, in the constructor, as the kernel/memset/memcpy nodes of
+  // the step captured into a throwaway graph with the plain CUDA API); Graph, 1 (the graph
+  // launch); plus, in both, the sampler's nodes (counted the same way) and the embedding
+  // token copy when a prompt token is forced. Forward passes of the prompt count too.
+  double host_launches_per_step() const { return host_launches_per_step_; }
+  int forward_passes() const { return passes_; }       // of the last generate()
+  int step_nodes() const { return step_nodes_; }        // kernels etc. in one step
+  int sampler_nodes() const { return sampler_nodes_; }  // kernels etc. in one sampler call
+
+ private:
+  struct Buffers;
+  struct Marks;  // measure_stages: events between the stages
+  void enqueue_step(cudaStream_t stream, Marks* marks = nullptr);  // one forward pass at *pos, then ++*pos
+  void run_step();                         // checks the position, enqueue_step or the graph's replay
+  void enqueue_sample(const ch07::SamplingParams& sampling);  // logits -> *d_token
+  int fetch_token();                       // *d_token -> host (4 bytes), waits for the stream
+  void put_token(int token);               // host -> *d_token (4 bytes, pinned, async)
+  const GpuModel& model_;
+  Buffers* b_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  StepMode mode_ = StepMode::StepByStep;
+  StepGraph graph_;
+  int pos_ = 0;
+  double host_launches_per_step_ = 0;
+  int step_nodes_ = 0;
+  int sampler_nodes_ = 0;
+  bool need_capture_ = true;
+  int passes_ = 0;  // Graph mode: capture before the next replay
+};
+
+}  // namespace ch08

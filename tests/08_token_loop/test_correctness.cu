@@ -1,0 +1,804 @@
+// Chapter 08 correctness: the three kernels of the token loop (RoPE + KV-cache append,
+// attention over the cache, SwiGLU) against double-precision CPU references
+// (kernel_reference.hpp) on fresh random inputs (WB_SEED reproduces a run). Every output
+// starts as NaN and sits between guard bands, every input is checked unchanged afterwards,
+// the cache rows a step must not touch are checked bit for bit, rows past *pos hold garbage
+// (NaN, +-1e30, +-inf) that must not reach the result, and in some cases the inputs end
+// exactly where mapped device memory ends (a read past them is an illegal address). Then the
+// contract the graph of step 4 depends on: the three calls captured once in a CUDA graph and
+// replayed at successive positions, the position read from device memory.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernel_reference.hpp"
+#include "token_loop.cuh"
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+#include "wb/guarded_buffer.hpp"
+#include "wb/kernel_coverage.hpp"
+#include "wb/not_implemented.hpp"
+#include "wb/random.hpp"
+#include "wb/testing.hpp"
+
+namespace {
+
+// Before any GPU work: record every kernel this process runs (the last test checks that each
+// kernel of the reference ran).
+const std::string kCoverageRecording = wb::coverage::start_recording();
+
+namespace ref = ch08::reference;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::string seed_text() { return "seed " + std::to_string(wb::base_seed()); }
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { WB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+// A device array either between guard bands (GuardedBuffer) or ending exactly where mapped
+// device memory ends (InputAtEnd: a read or write past it is an illegal address).
+class DevArray {
+ public:
+  DevArray(std::span<const float> host, bool at_end) : host_(host.begin(), host.end()) {
+    if (at_end) {
+      end_ = std::make_unique<wb::InputAtEnd>(std::max<std::size_t>(host.size(), 1));
+      if (!host.empty()) end_->upload(host);
+    } else {
+      guarded_ = std::make_unique<wb::GuardedBuffer<float>>(host.size());
+      if (!host.empty()) guarded_->upload(host);
+    }
+  }
+  float* data() { return end_ ? end_->data() : guarded_->data(); }
+  std::vector<float> download() const {
+    if (!end_) return guarded_->download();
+    std::vector<float> all = end_->download();
+    all.resize(host_.size());
+    return all;
+  }
+  // "" when the guard bands are intact (always "" at the end of memory: nothing is there).
+  std::string overrun(const std::string& name) const { return guarded_ ? guarded_->overrun(name) : ""; }
+  // "" when the contents are still, bit for bit, what was uploaded.
+  std::string change(const std::string& name) const {
+    return wb::describe_input_change(host_, download(), name);
+  }
+
+ private:
+  std::vector<float> host_;
+  std::unique_ptr<wb::GuardedBuffer<float>> guarded_;
+  std::unique_ptr<wb::InputAtEnd> end_;
+};
+
+std::string first_line(const std::exception& e) {
+  const std::string s = e.what();
+  return s.substr(0, s.find('\n'));
+}
+
+// The message for a call that failed with a CUDA error where the inputs end at the end of
+// mapped memory: most likely a read past one of them.
+void fail_at_end(const std::string& what, const std::exception& e) {
+  FAIL_CHECK(what << ": rule: read only your own elements. In this test the arrays end exactly "
+                  << "where mapped device memory ends, and the call failed (" << first_line(e)
+                  << "): a kernel read or wrote past the end of an array.\nhint: guard every load "
+                  << "and store with its bound (i < dim, t <= *pos, i < head_size, i < n), and "
+                  << "index a cache row as (size_t)t * kv_dim + g * head_size.");
+}
+
+int device_int(const int* p) {
+  int v = 0;
+  WB_CUDA(cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// ========================= RoPE + append ===================================================
+
+struct RopeCase {
+  int n_heads, n_kv_heads, head_size, seq_len, pos;
+};
+
+std::string describe(const RopeCase& c) {
+  return "dim " + std::to_string(c.n_heads * c.head_size) + " (" + std::to_string(c.n_heads) +
+         " heads), kv_dim " + std::to_string(c.n_kv_heads * c.head_size) + " (" +
+         std::to_string(c.n_kv_heads) + " KV heads), head_size " + std::to_string(c.head_size) +
+         ", seq_len " + std::to_string(c.seq_len) + ", pos " + std::to_string(c.pos);
+}
+
+const char* kRopeHint =
+    "hint: theta = pos * 10000^(-(i % head_size) / head_size) for the pair (x[i], x[i+1]), i "
+    "even (computed in float like llama2.c: 1.0f / powf(10000.0f, float(i % head_size) / "
+    "head_size)); (x[i], x[i+1]) <- (x[i] cos - x[i+1] sin, x[i] sin + x[i+1] cos); pos is "
+    "*pos, read on the device.";
+
+// Names which mistake `got` (a rotation of x) looks like, or "".
+std::string rope_diagnosis(std::span<const float> got, std::span<const float> x, int head_size,
+                           int pos, const std::string& name) {
+  if (pos > 0 && std::memcmp(got.data(), x.data(), x.size() * sizeof(float)) == 0)
+    return "The " + name + " is exactly the input, UNROTATED: " +
+           (name == "key cache row" ? "the key cache row holds k unrotated (rotate k with q's angles before appending it). "
+                                    : "q was not rotated in place. ");
+  const std::vector<double> wrong_freq = ref::rope(x, head_size, pos, /*per_head=*/false);
+  const std::vector<double> tol = ref::rope_tolerance(x, head_size, pos);
+  if (pos > 0 && x.size() > std::size_t(head_size) &&
+      ref::matches(got, wrong_freq, [&](std::size_t i) { return 10 * tol[i]; }))
+    return "The " + name + " matches a rotation with the frequency from i instead of i % head_size: "
+           "every head restarts at frequency 1 (the pair's place within its head counts). ";
+  return "";
+}
+
+void check_rope(const RopeCase& c, bool at_end) {
+  const int dim = c.n_heads * c.head_size, kv_dim = c.n_kv_heads * c.head_size;
+  const std::size_t cache_n = std::size_t(c.seq_len) * kv_dim;
+  const std::size_t row = std::size_t(c.pos) * kv_dim;
+  const std::string what = "ch08 rope_and_append, " + describe(c) +
+                           (at_end ? " (arrays at the end of their allocations)" : "") + ", " +
+                           seed_text();
+  auto rng = wb::rng_for("ch08/rope/" + describe(c) + (at_end ? "/at-end" : ""));
+  const std::vector<float> q = wb::random_normal(dim, 0.0f, 1.0f, rng);
+  const std::vector<float> k = wb::random_normal(kv_dim, 0.0f, 1.0f, rng);
+  const std::vector<float> v = wb::random_normal(kv_dim, 0.0f, 1.0f, rng);
+  // The caches hold earlier positions (random) and, in the row this step writes, NaN: an
+  // element the kernel never writes cannot pass.
+  std::vector<float> key0 = wb::random_normal(cache_n, 0.0f, 1.0f, rng);
+  std::vector<float> val0 = wb::random_normal(cache_n, 0.0f, 1.0f, rng);
+  for (int j = 0; j < kv_dim; ++j) key0[row + j] = val0[row + j] = kNaN;
+
+  std::vector<float> q_got, key_got, val_got;
+  std::vector<std::string> rule_breaks;
+  try {
+    DevArray q_buf(q, at_end), k_buf(k, at_end), v_buf(v, at_end), kc(key0, at_end), vc(val0, at_end);
+    wb::DeviceBuffer<int> pos_buf(1);
+    pos_buf.upload(std::span<const int>(&c.pos, 1));
+    Stream stream;
+    ch08::rope_and_append(q_buf.data(), k_buf.data(), v_buf.data(), kc.data(), vc.data(), dim,
+                          kv_dim, c.head_size, pos_buf.data(), stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    q_got = q_buf.download();
+    key_got = kc.download();
+    val_got = vc.download();
+    for (const auto& [text, rule] :
+         {std::pair<std::string, std::string>{q_buf.overrun("q"), "write only your own elements"},
+          {kc.overrun("key_cache"), "write only your own elements"},
+          {vc.overrun("value_cache"), "write only your own elements"},
+          {k_buf.overrun("k"), "inputs are read-only"},
+          {v_buf.overrun("v"), "inputs are read-only"},
+          {k_buf.change("k"), "inputs are read-only"},
+          {v_buf.change("v"), "inputs are read-only"}})
+      if (!text.empty())
+        FAIL_CHECK(what << ": rule: " << rule << ". The kernel " << text
+                        << ".\nhint: one thread per pair, i = 2 * index < dim; k and v are const "
+                           "inputs, write q (in place) and row *pos of the caches only.");
+    if (device_int(pos_buf.data()) != c.pos)
+      FAIL_CHECK(what << ": rule: inputs are read-only. *pos changed from " << c.pos << " to "
+                      << device_int(pos_buf.data())
+                      << ".\nhint: the step's last kernel advances the position, not RoPE.");
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    if (!at_end) throw;
+    fail_at_end(what, e);
+    return;
+  }
+
+  // Rows other than *pos: bit for bit what they were.
+  std::vector<int> changed_rows;
+  for (int r = 0; r < c.seq_len; ++r) {
+    if (r == c.pos) continue;
+    const std::size_t o = std::size_t(r) * kv_dim;
+    if (std::memcmp(key_got.data() + o, key0.data() + o, kv_dim * sizeof(float)) != 0 ||
+        std::memcmp(val_got.data() + o, val0.data() + o, kv_dim * sizeof(float)) != 0)
+      changed_rows.push_back(r);
+  }
+  if (!changed_rows.empty()) {
+    std::ostringstream rows;
+    for (std::size_t i = 0; i < std::min<std::size_t>(changed_rows.size(), 5); ++i)
+      rows << (i ? ", " : "") << changed_rows[i];
+    FAIL_CHECK(what << ": rule: write row *pos of the caches and nothing else. "
+                    << changed_rows.size() << " other row(s) changed (first: " << rows.str()
+                    << "; row *pos is " << c.pos << ")."
+                    << "\nhint: row *pos starts at key_cache + (size_t)(*pos) * kv_dim: read the "
+                       "position through the pointer on the device, and write kv_dim floats "
+                       "of k and of v there.");
+    return;
+  }
+
+  const auto index_in = [&](const std::string& name) {
+    return [name, hs = c.head_size](std::size_t i) {
+      return name + "[" + std::to_string(i) + "] (head " + std::to_string(i / hs) + ", element " +
+             std::to_string(i % hs) + ")";
+    };
+  };
+  // value row: v itself, bit for bit.
+  const std::span<const float> val_row(val_got.data() + row, kv_dim);
+  const std::span<const float> key_row(key_got.data() + row, kv_dim);
+  const std::vector<double> v_exact(v.begin(), v.end());
+  const std::string v_bad = ref::mismatches(val_row, v_exact, [](std::size_t) { return 0.0; },
+                                            index_in("value_cache row *pos"));
+  if (!v_bad.empty()) {
+    const bool rotated = c.pos > 0 &&
+                         ref::matches(val_row, ref::rope(v, c.head_size, c.pos),
+                                      [&](std::size_t) { return 1e-4; });
+    FAIL_CHECK(what << ": rule: v is appended as it is (value_cache row *pos = v, bit for bit). "
+                    << (rotated ? "The row holds v ROTATED: RoPE rotates q and k only. " : "")
+                    << v_bad << "\nhint: value_cache[*pos * kv_dim + j] = v[j] for every j < kv_dim.");
+  }
+  // key row: RoPE(k).
+  const std::vector<double> k_tol = ref::rope_tolerance(k, c.head_size, c.pos);
+  const std::string k_bad = ref::mismatches(key_row, ref::rope(k, c.head_size, c.pos),
+                                            [&](std::size_t i) { return k_tol[i]; },
+                                            index_in("key_cache row *pos"));
+  if (!k_bad.empty())
+    FAIL_CHECK(what << ": rule: key_cache row *pos = RoPE(k) at position *pos. "
+                    << rope_diagnosis(key_row, k, c.head_size, c.pos, "key cache row") << k_bad
+                    << "\n" << kRopeHint);
+  // q, rotated in place.
+  const std::vector<double> q_tol = ref::rope_tolerance(q, c.head_size, c.pos);
+  const std::string q_bad = ref::mismatches(q_got, ref::rope(q, c.head_size, c.pos),
+                                            [&](std::size_t i) { return q_tol[i]; }, index_in("q"));
+  if (!q_bad.empty())
+    FAIL_CHECK(what << ": rule: q is rotated in place by RoPE at position *pos. "
+                    << rope_diagnosis(q_got, q, c.head_size, c.pos, "q") << q_bad << "\n"
+                    << kRopeHint);
+}
+
+// Tolerance (kernel_reference.hpp, rope_tolerance): 4 ulp of the pair's length for the
+// rotation, plus the pair's length times 8 ulp of the angle, because the angle itself is a
+// float product (pos * frequency) whose last bits two honest kernels (or the CPU and the GPU)
+// may compute differently: at position 1000+ that is the dominant term (~1e-3 * r at 4000).
+
+TEST_CASE("RoPE + append: positions 0, 1, a few hundred and the last, head sizes 2 to 128") {
+  WB_REQUIRE_GPU();
+  const std::vector<RopeCase> cases = {
+      {8, 8, 8, 256, 0},     {8, 4, 8, 256, 1},      {8, 4, 8, 256, 255},  // stories260K-like
+      {1, 1, 2, 16, 5},      {3, 3, 2, 64, 63},                           // head_size 2
+      {12, 12, 64, 512, 0},  {12, 12, 64, 512, 1},   {12, 12, 64, 512, 300},
+      {6, 2, 48, 512, 301},  {9, 3, 32, 300, 299},                        // dim 288, kv_dim 96
+      {32, 8, 128, 2048, 2047}, {32, 32, 128, 64, 17}, {5, 1, 48, 100, 99},
+      {2, 2, 6, 8, 7},       {33, 11, 8, 40, 20}};                        // dim 264: not a multiple of 128
+  for (const RopeCase& c : cases) check_rope(c, /*at_end=*/false);
+}
+
+TEST_CASE("RoPE + append at large positions (angles of thousands of radians)") {
+  WB_REQUIRE_GPU();
+  for (const RopeCase& c : std::vector<RopeCase>{
+           {8, 8, 64, 4096, 1000}, {4, 2, 128, 4096, 4095}, {16, 4, 32, 3000, 2999}, {2, 1, 2, 4096, 3333}})
+    check_rope(c, false);
+}
+
+TEST_CASE("RoPE + append with every array ending where its allocation ends") {
+  WB_REQUIRE_GPU();
+  for (const RopeCase& c : std::vector<RopeCase>{{6, 2, 48, 64, 63}, {3, 1, 10, 9, 8}, {8, 4, 8, 32, 0}})
+    check_rope(c, /*at_end=*/true);
+}
+
+// ========================= attention =======================================================
+
+struct AttCase {
+  int n_heads, n_kv_heads, head_size, seq_len, pos;
+  float q_scale = 1.0f;  // q ~ N(0, q_scale): the scores' standard deviation
+};
+
+ref::AttentionProblem make_attention(const AttCase& c, const std::string& label) {
+  ref::AttentionProblem p;
+  p.n_heads = c.n_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.head_size = c.head_size;
+  p.seq_len = c.seq_len;
+  p.pos = c.pos;
+  auto rng = wb::rng_for(label);
+  const std::size_t kv = std::size_t(p.kv_dim());
+  p.q = wb::random_normal(std::size_t(c.n_heads) * c.head_size, 0.0f, c.q_scale, rng);
+  p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, 0.0f, 1.0f, rng);
+  p.value_cache = wb::random_normal(std::size_t(c.seq_len) * kv, 0.0f, 1.0f, rng);
+  // Rows past pos: what a cache holds there (stale positions, or never written): garbage.
+  // Row pos + 1 is NaN throughout, later rows a mix of NaN, +-1e30, +-inf and large values.
+  const float kinds[] = {kNaN, 1e30f, -1e30f, kInf, -kInf};
+  std::uniform_real_distribution<float> big(-1e3f, 1e3f);
+  for (std::size_t i = std::size_t(c.pos + 1) * kv; i < std::size_t(c.seq_len) * kv; ++i) {
+    const bool next_row = i < std::size_t(c.pos + 2) * kv;
+    const unsigned kind = unsigned(rng() % 6);
+    p.key_cache[i] = next_row ? kNaN : kind < 5 ? kinds[kind] : big(rng);
+    p.value_cache[i] = next_row ? kNaN : kind < 5 ? kinds[(kind + 2) % 5] : big(rng);
+  }
+  return p;
+}
+
+// Runs ch08::attention on p and returns out. Checks the guard bands, the read-only inputs and
+// *pos.
+std::vector<float> run_attention(const ref::AttentionProblem& p, bool at_end,
+                                 const std::string& what, bool* failed_at_end) {
+  const std::size_t out_n = std::size_t(p.n_heads) * p.head_size;
+  DevArray q(p.q, at_end), kc(p.key_cache, at_end), vc(p.value_cache, at_end);
+  wb::GuardedBuffer<float> out(out_n), scores(std::size_t(p.n_heads) * p.seq_len);
+  wb::DeviceBuffer<int> pos_buf(1);
+  pos_buf.upload(std::span<const int>(&p.pos, 1));
+  Stream stream;
+  std::vector<float> got;
+  try {
+    ch08::attention(out.data(), q.data(), kc.data(), vc.data(), scores.data(), p.n_heads,
+                    p.n_kv_heads, p.head_size, p.seq_len, pos_buf.data(), stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    got = out.download();
+  } catch (const wb::CudaError& e) {
+    if (!at_end) throw;
+    fail_at_end(what, e);
+    *failed_at_end = true;
+    return {};
+  }
+  for (const auto& [text, rule] :
+       {std::pair<std::string, std::string>{out.overrun("out"), "write only your own elements"},
+        {scores.overrun("scores"), "write only your own elements (scores is n_heads * seq_len floats)"},
+        {q.overrun("q"), "inputs are read-only"},
+        {kc.overrun("key_cache"), "inputs are read-only"},
+        {vc.overrun("value_cache"), "inputs are read-only"},
+        {q.change("q"), "inputs are read-only"},
+        {kc.change("key_cache"), "inputs are read-only"},
+        {vc.change("value_cache"), "inputs are read-only"}})
+    if (!text.empty())
+      FAIL_CHECK(what << ": rule: " << rule << ". The kernel " << text
+                      << ".\nhint: out is n_heads * head_size floats, scores n_heads * seq_len "
+                         "(row h starts at h * seq_len); q and the caches are const inputs.");
+  if (device_int(pos_buf.data()) != p.pos)
+    FAIL_CHECK(what << ": rule: inputs are read-only. *pos changed from " << p.pos << " to "
+                    << device_int(pos_buf.data()) << ".");
+  return got;
+}
+
+const char* kAttentionHint =
+    "hint: for head h, g = h / (n_heads / n_kv_heads); s_t = dot(q_h, key_cache + t * kv_dim + "
+    "g * head_size) / sqrtf(head_size) for t = 0 .. *pos; a = softmax(s) (subtract the max); "
+    "out_h[i] = sum_t a_t * value_cache[t * kv_dim + g * head_size + i].";
+
+// Tolerances against the double reference. Scores ~ N(0, 1) (q, k ~ N(0, 1), divided by
+// sqrt(head_size)): each carries an fp32 rounding of ~1e-7, the weights a_t move by as much
+// relatively, and out (a weighted mean of values ~ N(0, 1), summed in fp32 over up to 2048
+// positions) is then good to a few 1e-6: 2e-5 + 1e-4 |out| leaves room for any summation
+// order. With scores ~ N(0, 50) (the overflow test) each score's rounding is ~50x larger,
+// ~1e-5..1e-4 absolute, and a nearly one-hot softmax passes it to out times |v| (up to ~4):
+// 2e-3 + 1e-3 |out|.
+constexpr wb::Tolerance kAttTol{2e-5, 1e-4};
+constexpr wb::Tolerance kAttLargeTol{2e-3, 1e-3};
+
+void check_attention(const AttCase& c, bool at_end = false) {
+  const bool large = c.q_scale > 1.0f;
+  const ref::AttentionProblem p =
+      make_attention(c, "ch08/attention/" + std::to_string(c.n_heads) + "/" +
+                            std::to_string(c.n_kv_heads) + "/" + std::to_string(c.head_size) +
+                            "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
+                            (large ? "/large" : "") + (at_end ? "/at-end" : ""));
+  const std::string what = "ch08 attention, " + ref::describe(p) +
+                           (large ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
+                           (at_end ? " (arrays at the end of their allocations)" : "") + ", " +
+                           seed_text();
+  bool failed = false;
+  const std::vector<float> got = run_attention(p, at_end, what, &failed);
+  if (failed) return;
+  const wb::Tolerance tol = large ? kAttLargeTol : kAttTol;
+  const std::size_t hs = std::size_t(c.head_size);
+  const auto index_name = [hs](std::size_t i) {
+    return "out[" + std::to_string(i) + "] (head " + std::to_string(i / hs) + ", element " +
+           std::to_string(i % hs) + ")";
+  };
+
+  // Rows past *pos must not matter: the same problem with those rows zeroed must give the
+  // same output (up to the tolerance, so that a kernel whose sums run in another order still
+  // passes).
+  if (c.pos + 1 < c.seq_len) {
+    ref::AttentionProblem clean = p;
+    const std::size_t from = std::size_t(c.pos + 1) * p.kv_dim();
+    std::fill(clean.key_cache.begin() + from, clean.key_cache.end(), 0.0f);
+    std::fill(clean.value_cache.begin() + from, clean.value_cache.end(), 0.0f);
+    const std::vector<float> got_clean = run_attention(clean, at_end, what + " (rows past *pos zeroed)", &failed);
+    if (failed) return;
+    const std::vector<double> clean_d(got_clean.begin(), got_clean.end());
+    const std::string differ = ref::mismatches(
+        got, clean_d, [&](std::size_t i) { return tol.atol + tol.rtol * std::fabs(clean_d[i]); },
+        index_name);
+    if (!differ.empty()) {
+      FAIL_CHECK(what << ": rule: rows of the caches past *pos must not change the result. Run "
+                      << "twice, with rows past *pos = garbage (row *pos + 1 all NaN, later rows "
+                      << "NaN, +-1e30, +-inf) and = zeros, the outputs differ (\"expected\" is "
+                      << "the zeroed run): " << differ
+                      << "\nhint: attend t = 0 .. *pos only (t <= *pos, not < seq_len, not <= "
+                         "*pos + 1); a masked score is -inf without reading its key, and the "
+                         "weighted sum stops at *pos.");
+      return;
+    }
+  }
+
+  const std::vector<double> expected = ref::attention(p);
+  const std::string bad = ref::mismatches(
+      got, expected, [&](std::size_t i) { return tol.atol + tol.rtol * std::fabs(expected[i]); },
+      index_name);
+  if (bad.empty()) return;
+  std::string diagnosis;
+  const auto loose = [&](const std::vector<double>& e) {
+    return [&e](std::size_t i) { return 1e-3 + 1e-3 * std::fabs(e[i]); };
+  };
+  bool non_finite = false;
+  for (std::size_t i = 0; i < got.size(); ++i) non_finite |= !std::isfinite(got[i]);
+  if (non_finite && large) {
+    diagnosis = "The output has NaN/inf where the reference is finite: exp overflowed. These "
+                "scores reach ~" + std::to_string(int(3 * c.q_scale)) + ", and expf(89) is "
+                "already inf in float (inf / inf = NaN). rule: subtract each row's max score "
+                "before exp (softmax(s) = softmax(s - max s)). ";
+  } else if (non_finite) {
+    diagnosis = "The output has NaN/inf where the reference is finite. ";
+  } else if (const std::vector<double> e = ref::attention(p, ref::AttentionMistake::NoScale);
+             c.head_size > 1 && ref::matches(got, e, loose(e))) {
+    diagnosis = "The output matches scores that were not divided by sqrt(head_size): s_t = "
+                "dot(q_h, k_t) / sqrt(head_size). ";
+  } else if (const std::vector<double> e2 = ref::attention(p, ref::AttentionMistake::GroupByModulo);
+             c.n_heads != c.n_kv_heads && ref::matches(got, e2, loose(e2))) {
+    diagnosis = "The output matches query head h reading KV head h % n_kv_heads: consecutive "
+                "query heads share a KV head, g = h / (n_heads / n_kv_heads). ";
+  }
+  FAIL_CHECK(what << ": rule: out_h = sum over t <= *pos of softmax_t(q_h . K[t, g] / "
+                     "sqrt(head_size)) * V[t, g]. "
+                  << diagnosis << bad << "\n" << kAttentionHint);
+}
+
+TEST_CASE("attention: positions 0, 1, a few hundred and the full context, garbage past *pos") {
+  WB_REQUIRE_GPU();
+  const std::vector<AttCase> cases = {
+      {12, 12, 64, 256, 0},   {12, 12, 64, 256, 1},   {12, 12, 64, 512, 300},
+      {8, 4, 8, 256, 0},      {8, 4, 8, 256, 37},     {8, 4, 8, 256, 255},  // stories260K-like
+      {6, 2, 48, 512, 1},     {6, 2, 48, 512, 301},   {6, 2, 48, 512, 511},
+      {8, 4, 32, 128, 100},   {16, 16, 128, 1024, 777},
+      {32, 8, 128, 2048, 2047}, {32, 8, 128, 2048, 5},
+      {4, 1, 16, 64, 63},     {3, 1, 5, 33, 20},      {2, 1, 1, 17, 16},   // odd and tiny heads
+      {1, 1, 100, 1, 0},      {5, 5, 33, 1000, 999}};
+  for (const AttCase& c : cases) check_attention(c);
+}
+
+TEST_CASE("attention with large scores (~N(0, 50), max ~150): the softmax must not overflow") {
+  WB_REQUIRE_GPU();
+  // pos = seq_len - 1: no garbage rows here, so an overflow is the only way to get NaN.
+  for (const AttCase& c : std::vector<AttCase>{{8, 2, 64, 512, 511, 50.0f},
+                                               {4, 4, 128, 300, 299, 50.0f},
+                                               {12, 4, 32, 64, 63, 50.0f}})
+    check_attention(c);
+}
+
+TEST_CASE("attention with every array ending where its allocation ends") {
+  WB_REQUIRE_GPU();
+  for (const AttCase& c : std::vector<AttCase>{{6, 2, 48, 64, 63}, {3, 1, 10, 9, 8}, {4, 2, 7, 20, 3}})
+    check_attention(c, /*at_end=*/true);
+}
+
+// ========================= SwiGLU ==========================================================
+
+// Tolerance: silu(g) * up in fp32 is a handful of correctly rounded operations plus expf
+// (within 2 ulp): ~5 ulp. 1e-5 relative (~80 ulp) also admits __expf / __fdividef, whose
+// error grows with |g|; the 1e-30 absolute term covers a very negative gate, whose exact
+// result (e.g. -100 / (1 + e^100) ~ -4e-42) is a subnormal or 0 in float.
+constexpr wb::Tolerance kSwigluTol{1e-30, 1e-5};
+
+void check_swiglu(const std::vector<float>& gate, const std::vector<float>& up, bool in_place,
+                  bool at_end, const std::string& label) {
+  const int n = static_cast<int>(gate.size());
+  const std::string what = "ch08 swiglu, n = " + std::to_string(n) + ", " +
+                           (in_place ? "in place (out == gate)" : "out of place") +
+                           (label.empty() ? "" : ", " + label) +
+                           (at_end ? " (arrays at the end of their allocations)" : "") + ", " +
+                           seed_text();
+  std::vector<float> got;
+  try {
+    DevArray gate_buf(gate, at_end), up_buf(up, at_end);
+    std::unique_ptr<wb::GuardedBuffer<float>> out_buf;
+    if (!in_place) out_buf = std::make_unique<wb::GuardedBuffer<float>>(gate.size());
+    float* out = in_place ? gate_buf.data() : out_buf->data();
+    Stream stream;
+    ch08::swiglu(out, gate_buf.data(), up_buf.data(), n, stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    got = in_place ? gate_buf.download() : out_buf->download();
+    std::vector<std::pair<std::string, std::string>> breaks = {
+        {up_buf.overrun("up"), "inputs are read-only"},
+        {up_buf.change("up"), "inputs are read-only"},
+        {gate_buf.overrun(in_place ? "out (= gate)" : "gate"),
+         in_place ? "write only your own elements" : "inputs are read-only"}};
+    if (!in_place) {
+      breaks.push_back({out_buf->overrun("out"), "write only your own elements"});
+      breaks.push_back({gate_buf.change("gate"), "inputs are read-only"});
+    }
+    for (const auto& [text, rule] : breaks)
+      if (!text.empty())
+        FAIL_CHECK(what << ": rule: " << rule << ". The kernel " << text
+                        << ".\nhint: guard every access with i < n; write out only.");
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    if (!at_end) throw;
+    fail_at_end(what, e);
+    return;
+  }
+  const std::vector<double> expected = ref::swiglu(gate, up);
+  const auto allowed = [&](std::size_t i) {
+    return kSwigluTol.atol + kSwigluTol.rtol * std::fabs(expected[i]);
+  };
+  const std::string bad = ref::mismatches(got, expected, allowed, [](std::size_t i) {
+    return "out[" + std::to_string(i) + "]";
+  });
+  if (bad.empty()) return;
+  std::string diagnosis;
+  if (const std::vector<double> swapped = ref::swiglu(gate, up, /*swapped=*/true);
+      ref::matches(got, swapped, [&](std::size_t i) { return 1e-4 + 1e-4 * std::fabs(swapped[i]); }))
+    diagnosis = "The output looks like silu(up) * gate: the gate goes through silu, up does not. ";
+  for (std::size_t i = 0; i < gate.size() && diagnosis.empty(); ++i)
+    if (gate[i] == -kInf && std::isfinite(up[i]) && std::isnan(got[i]))
+      diagnosis = "out[" + std::to_string(i) + "] is NaN for a gate of -inf: silu(-inf) = 0, but "
+                  "-inf * sigmoid(-inf) = -inf * 0 = NaN in float; special-case it. ";
+  for (std::size_t i = 0; i < gate.size() && diagnosis.empty(); ++i)
+    if (std::isfinite(gate[i]) && std::isfinite(up[i]) && std::isnan(got[i]) && gate[i] < -80)
+      diagnosis = "out[" + std::to_string(i) + "] is NaN for a gate of " + std::to_string(gate[i]) +
+                  ": exp(-g) overflows to inf there, and the formula must still give ~0 (g * (1 / "
+                  "(1 + inf)) = g * 0 = -0; inf / inf would be NaN). ";
+  FAIL_CHECK(what << ": rule: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). "
+                  << diagnosis << bad
+                  << "\nhint: one element per thread (or a grid-stride loop) with i < n; silu of "
+                     "the gate, times up; read both inputs before writing out (out may be gate).");
+}
+
+TEST_CASE("SwiGLU: n = 0, 1, odd, the model widths and 2^24, in place and out of place") {
+  WB_REQUIRE_GPU();
+  for (const int n : {1, 3, 1001, 2048, 5632, 11008, 1 << 24})
+    for (const bool in_place : {false, true}) {
+      if (n > (1 << 20) && wb::coverage::quick()) continue;  // minutes under compute-sanitizer
+      auto rng = wb::rng_for("ch08/swiglu/" + std::to_string(n) + (in_place ? "/in-place" : ""));
+      const std::vector<float> gate = wb::random_normal(std::size_t(n), 0.0f, 3.0f, rng);
+      const std::vector<float> up = wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng);
+      check_swiglu(gate, up, in_place, false, "");
+    }
+  // n = 0: nothing to do, whatever the pointers.
+  ch08::swiglu(nullptr, nullptr, nullptr, 0, nullptr);
+  WB_CUDA(cudaDeviceSynchronize());
+}
+
+TEST_CASE("SwiGLU special values: -inf, +inf and NaN gates, very negative and positive gates") {
+  WB_REQUIRE_GPU();
+  std::vector<float> gate = {-kInf, kInf, kNaN, -100.0f, 100.0f, -88.0f, -87.0f, -1000.0f,
+                             0.0f,  -0.0f, 1e-30f, -20.0f, 20.0f, 1e30f, -1e30f,  3.5f, -kInf};
+  std::vector<float> up = {1.5f, -2.0f, 1.0f, 3.0f, -0.5f, 2.0f, -2.0f, 7.0f,
+                           1.0f, 1.0f,  2.0f, 0.25f, 4.0f, 0.5f, 0.5f, -1.0f, -3.0f};
+  // Repeat to n = 1003 (odd) with random values between, so each special value also sits
+  // in other threads and blocks.
+  auto rng = wb::rng_for("ch08/swiglu/special");
+  const std::vector<float> fill_g = wb::random_normal(1003, 0.0f, 10.0f, rng);
+  const std::vector<float> fill_u = wb::random_normal(1003, 0.0f, 1.0f, rng);
+  const std::size_t specials = gate.size();
+  for (std::size_t i = specials; i < 1003; ++i) {
+    const bool special = i % 7 == 0;
+    gate.push_back(special ? gate[i % specials] : fill_g[i]);
+    up.push_back(special ? up[i % specials] : fill_u[i]);
+  }
+  for (const bool in_place : {false, true}) check_swiglu(gate, up, in_place, false, "special values");
+}
+
+TEST_CASE("SwiGLU with the inputs ending where their allocations end") {
+  WB_REQUIRE_GPU();
+  for (const int n : {1, 1001, 4099})
+    for (const bool in_place : {false, true}) {
+      auto rng = wb::rng_for("ch08/swiglu/at-end/" + std::to_string(n) + (in_place ? "/in-place" : ""));
+      check_swiglu(wb::random_normal(std::size_t(n), 0.0f, 3.0f, rng),
+                   wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng), in_place, true, "");
+    }
+}
+
+// ========================= bad arguments ===================================================
+
+void expect_invalid_argument(const std::function<void()>& call, const std::string& needle,
+                             const std::string& what) {
+  try {
+    call();
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    CHECK_MESSAGE(message.find(needle) != std::string::npos,
+                  "ch08 " << what << ": the error should name '" << needle << "', got: " << message);
+    return;
+  }
+  FAIL_CHECK("ch08 " << what << ": rule: bad arguments throw std::invalid_argument. Nothing was "
+             << "thrown.\nhint: keep the check_rope_args / check_attention_args / "
+                "check_swiglu_args line at the top of each entry point.");
+}
+
+// The bytes of a poisoned buffer (0xFF) still there: nothing was enqueued that wrote it.
+bool still_poisoned(const wb::DeviceBuffer<float>& b) {
+  const std::vector<float> h = b.download();
+  for (const float f : h) {
+    unsigned bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    if (bits != 0xFFFFFFFFu) return false;
+  }
+  return true;
+}
+
+TEST_CASE("bad arguments are rejected with a message that names them, before any work") {
+  WB_REQUIRE_GPU();
+  wb::DeviceBuffer<float> q(64), k(64), v(64), kc(64 * 8), vc(64 * 8), out(64), scores(64 * 8);
+  wb::DeviceBuffer<int> pos(1);
+  const int zero = 0;
+  pos.upload(std::span<const int>(&zero, 1));
+  q.poison();
+  k.poison();
+  v.poison();
+  // Valid calls first: a starter's NotImplemented surfaces here, as "to do".
+  ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), 64, 32, 8, pos.data(), nullptr);
+  ch08::attention(out.data(), q.data(), kc.data(), vc.data(), scores.data(), 8, 4, 8, 8, pos.data(), nullptr);
+  ch08::swiglu(out.data(), q.data(), k.data(), 64, nullptr);
+  WB_CUDA(cudaDeviceSynchronize());
+  q.poison();
+  kc.poison();
+  vc.poison();
+  out.poison();
+  WB_CUDA(cudaDeviceSynchronize());
+  const auto rope = [&](int dim, int kv_dim, int hs, const int* p) {
+    return [&, dim, kv_dim, hs, p] {
+      ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), dim, kv_dim, hs, p, nullptr);
+    };
+  };
+  expect_invalid_argument(rope(64, 32, 7, pos.data()), "head_size", "rope_and_append(head_size = 7, odd)");
+  expect_invalid_argument(rope(64, 32, 0, pos.data()), "head_size", "rope_and_append(head_size = 0)");
+  expect_invalid_argument(rope(60, 32, 8, pos.data()), "dim", "rope_and_append(dim = 60, not a multiple of 8)");
+  expect_invalid_argument(rope(32, 64, 8, pos.data()), "kv_dim", "rope_and_append(kv_dim > dim)");
+  expect_invalid_argument(rope(64, 32, 8, nullptr), "null", "rope_and_append(pos = nullptr)");
+  const auto att = [&](int heads, int kv_heads, int hs, int seq, float* s) {
+    return [&, heads, kv_heads, hs, seq, s] {
+      ch08::attention(out.data(), q.data(), kc.data(), vc.data(), s, heads, kv_heads, hs, seq, pos.data(), nullptr);
+    };
+  };
+  expect_invalid_argument(att(6, 4, 8, 8, scores.data()), "n_heads", "attention(6 heads, 4 KV heads)");
+  expect_invalid_argument(att(8, 0, 8, 8, scores.data()), "n_kv_heads", "attention(0 KV heads)");
+  expect_invalid_argument(att(8, 4, 0, 8, scores.data()), "head_size", "attention(head_size = 0)");
+  expect_invalid_argument(att(8, 4, 8, 0, scores.data()), "seq_len", "attention(seq_len = 0)");
+  expect_invalid_argument(att(8, 4, 8, 8, nullptr), "null", "attention(scores = nullptr)");
+  expect_invalid_argument([&] { ch08::swiglu(out.data(), q.data(), k.data(), -1, nullptr); }, "n",
+                          "swiglu(n = -1)");
+  expect_invalid_argument([&] { ch08::swiglu(out.data(), nullptr, k.data(), 64, nullptr); }, "null",
+                          "swiglu(gate = nullptr, n = 64)");
+  WB_CUDA(cudaDeviceSynchronize());
+  CHECK_MESSAGE((still_poisoned(q) && still_poisoned(kc) && still_poisoned(vc) && still_poisoned(out)),
+                "ch08 bad arguments, " << seed_text()
+                    << ": rule: a call that throws enqueues nothing. q, the caches or out changed "
+                       "after calls that all threw std::invalid_argument.\nhint: check the "
+                       "arguments first (check_*_args), launch after.");
+}
+
+// ========================= the graph of step 4 ==============================================
+
+// The contract the CUDA graph depends on: no synchronization, allocation or copy inside the
+// three calls (a capture fails on them), and the position read from *pos on the device (the
+// graph freezes by-value arguments). One layer's RoPE + append, attention and SwiGLU are
+// captured once, then replayed at positions 0 .. 9, *pos written between replays; the caches
+// fill up row by row, and every replay is compared with the double reference.
+TEST_CASE("captured once in a CUDA graph, replayed at positions 0..9: *pos is read on the device") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  constexpr int kHeads = 6, kKvHeads = 2, kHs = 16, kSeq = 16, kSteps = 10;
+  constexpr int dim = kHeads * kHs, kv_dim = kKvHeads * kHs;
+  const std::string what = "ch08 rope_and_append + attention + swiglu in a CUDA graph, 6 heads / 2 KV "
+                           "heads x 16, seq_len 16, " + seed_text();
+  auto rng = wb::rng_for("ch08/graph");
+  wb::DeviceBuffer<float> q(dim), k(kv_dim), v(kv_dim), kc(std::size_t(kSeq) * kv_dim),
+      vc(std::size_t(kSeq) * kv_dim), att(dim), scores(std::size_t(kHeads) * kSeq), gate(dim), up(dim);
+  wb::DeviceBuffer<int> pos(1);
+  kc.poison();
+  vc.poison();
+  WB_CUDA(cudaDeviceSynchronize());  // the poison ran on the legacy stream, the graph will not
+  Stream stream;
+  // The capture. A call that synchronizes, allocates or copies fails it (or throws).
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  WB_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  try {
+    ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), dim, kv_dim, kHs, pos.data(), stream.s);
+    ch08::attention(att.data(), q.data(), kc.data(), vc.data(), scores.data(), kHeads, kKvHeads, kHs, kSeq, pos.data(), stream.s);
+    ch08::swiglu(gate.data(), gate.data(), up.data(), dim, stream.s);
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(stream.s, &broken);
+    if (broken) cudaGraphDestroy(broken);
+    cudaGetLastError();
+    throw;
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream.s, &graph);
+  if (end != cudaSuccess || graph == nullptr) {
+    cudaGetLastError();
+    FAIL(what << ": rule: the calls enqueue on `stream` without synchronizing, allocating or "
+                 "copying. The graph capture failed (" << cudaGetErrorString(end)
+              << ").\nhint: no cudaDeviceSynchronize / cudaStreamSynchronize / cudaMalloc / "
+                 "cudaMemcpy inside rope_and_append, attention or swiglu; launch on the stream "
+                 "you are given (never the legacy default stream).");
+  }
+  WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<float> key_host(std::size_t(kSeq) * kv_dim, kNaN), val_host(key_host);
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<float> qh = wb::random_normal(dim, 0.0f, 1.0f, rng);
+    const std::vector<float> kh = wb::random_normal(kv_dim, 0.0f, 1.0f, rng);
+    const std::vector<float> vh = wb::random_normal(kv_dim, 0.0f, 1.0f, rng);
+    const std::vector<float> gh = wb::random_normal(dim, 0.0f, 3.0f, rng);
+    const std::vector<float> uh = wb::random_normal(dim, 0.0f, 1.0f, rng);
+    q.upload(qh);
+    k.upload(kh);
+    v.upload(vh);
+    gate.upload(gh);
+    up.upload(uh);
+    pos.upload(std::span<const int>(&step, 1));
+    WB_CUDA(cudaGraphLaunch(exec, stream.s));
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    // The expected state: k rotated at this position and v appended; attention over rows
+    // 0 .. step of the caches (the rotated q), then SwiGLU.
+    const std::vector<double> k_rot = ref::rope(kh, kHs, step);
+    for (int j = 0; j < kv_dim; ++j) {
+      key_host[std::size_t(step) * kv_dim + j] = float(k_rot[j]);
+      val_host[std::size_t(step) * kv_dim + j] = vh[j];
+    }
+    ref::AttentionProblem p;
+    p.n_heads = kHeads;
+    p.n_kv_heads = kKvHeads;
+    p.head_size = kHs;
+    p.seq_len = kSeq;
+    p.pos = step;
+    const std::vector<double> q_rot = ref::rope(qh, kHs, step);
+    p.q.assign(q_rot.begin(), q_rot.end());
+    p.key_cache = key_host;
+    p.value_cache = val_host;
+    const std::vector<double> expected = ref::attention(p);
+    const std::vector<float> got = att.download();
+    // RoPE's rounding enters the scores: 1e-4 is generous for position < 10 and 16-float heads.
+    const std::string bad = ref::mismatches(
+        got, expected, [&](std::size_t i) { return 1e-4 + 1e-4 * std::fabs(expected[i]); },
+        [](std::size_t i) { return "att[" + std::to_string(i) + "]"; });
+    const std::vector<double> sw = ref::swiglu(gh, uh);
+    const std::string sw_bad = ref::mismatches(
+        gate.download(), sw, [&](std::size_t i) { return 1e-30 + 1e-5 * std::fabs(sw[i]); },
+        [](std::size_t i) { return "gate[" + std::to_string(i) + "]"; });
+    if (!bad.empty() || !sw_bad.empty()) {
+      FAIL_CHECK(what << ": rule: the position comes from *pos, read on the device, at every "
+                         "replay. Replay at position " << step << " (*pos = " << step
+                      << "): " << (bad.empty() ? sw_bad : bad)
+                      << "\nhint: a graph replays the arguments it captured: read the position "
+                         "through the pointer inside the kernels (int p = *pos), never on the host.");
+      break;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// Last: every kernel of the reference (namespace ch08::kernels) must have run above.
+TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
+  WB_REQUIRE_GPU();
+  const std::string build = wb::coverage::this_build();
+  if (build != "solution" && build != "fast") {
+    wb::testing::mark_skipped("skipped: kernel coverage is checked on the reference builds (this is " + build + ")");
+    return;
+  }
+  if (!kCoverageRecording.empty() || wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: kernel coverage not recorded: " +
+                              (kCoverageRecording.empty() ? "quick run (WB_QUICK)" : kCoverageRecording));
+    return;
+  }
+  // The prefix of namespace ch08::kernels, where the three reference files keep their kernels
+  // (the decoder's own kernels, in other namespaces, are the model test's business).
+  const std::string missing = wb::coverage::unlaunched_kernels("_ZN4ch087kernels", "08");
+  if (!missing.empty()) FAIL_CHECK(missing);
+}
+
+}  // namespace

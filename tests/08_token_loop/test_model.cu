@@ -1,0 +1,468 @@
+// Chapter 08, the whole model: the GPU decoder (gpu_decoder.hpp: your kernels and your step
+// graph, with the earlier chapters' reference kernels) against the CPU engine
+// (wb::model::Transformer with CpuMatmul, the workbook's copy of llama2.c's run.c).
+//
+//   - teacher-forced logits at every position match the CPU's, on the synthetic small model
+//     (grouped-query attention) and on stories260K (WB_DATA_DIR), un-graphed and as a graph;
+//   - greedy decoding gives the CPU's tokens (256 steps, several prompts) and llama2.c's own
+//     regression text;
+//   - sampling is reproducible for a seed and differs for another; the graph gives exactly
+//     the tokens of the un-graphed loop;
+//   - the graph is really used: per token a handful of host launches (the sampler's), not the
+//     ~10 per layer of the un-graphed step; no allocation, no device synchronize, and 4 bytes
+//     back per token (CUPTI, wb::ApiCounter);
+//   - StepGraph's own rules (token_loop.cuh): a second capture replaces the first, a throwing
+//     enqueue_step ends the capture, a null stream and a replay before any capture throw.
+//
+// TOLERANCE of the logits. Both engines compute in fp32 and differ only in the order of their
+// sums (the GPU matvec's tree reductions vs the CPU's sequential dot products; rsqrtf vs
+// 1/sqrtf; the softmax's exp): each costs ~1e-7 relative per operation, which grows through the
+// layers and the positions to ~1e-5 of the logits' scale. A real mistake (a wrong RoPE angle, a
+// stale or missing cache row, the wrong KV head, a frozen position) moves logits by O(0.1..1)
+// of that scale. The bound, |gpu - cpu| <= 2e-3 * max(1, max |cpu logit|) per position, sits
+// two orders of magnitude above the noise and two below the mistakes.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu_decoder.hpp"
+#include "sampler.cuh"
+#include "token_loop.cuh"
+#include "wb/api_counter.hpp"
+#include "wb/buffer.hpp"
+#include "wb/check.hpp"
+#include "wb/model/checkpoint.hpp"
+#include "wb/model/data.hpp"
+#include "wb/model/generate.hpp"
+#include "wb/model/matmul.hpp"
+#include "wb/model/synthetic.hpp"
+#include "wb/model/tokenizer.hpp"
+#include "wb/model/transformer.hpp"
+#include "wb/random.hpp"
+#include "wb/testing.hpp"
+
+namespace {
+
+using wb::model::Model;
+using wb::model::Tokenizer;
+
+constexpr double kRelTol = 2e-3;  // of max(1, max |cpu logit|): see the header comment
+const ch07::SamplingParams kGreedy{0.0f, 0, 1.0f, 0, 0};
+
+double logit_scale(const std::vector<float>& ref) {
+  double m = 1.0;
+  for (float v : ref) m = std::max(m, double(std::fabs(v)));
+  return m;
+}
+
+// The CPU engine's logits for a teacher-forced sequence, one row per position.
+std::vector<std::vector<float>> cpu_logits(const Model& m, const std::vector<int>& tokens) {
+  wb::model::CpuMatmul cpu;
+  wb::model::Transformer t(m, cpu);
+  std::vector<std::vector<float>> rows;
+  for (int pos = 0; pos < int(tokens.size()); ++pos) {
+    const auto l = t.forward(tokens[std::size_t(pos)], pos);
+    rows.emplace_back(l.begin(), l.end());
+  }
+  return rows;
+}
+
+// Teacher forcing on the GPU in `mode`; every position compared with the CPU's logits.
+void check_teacher_forced(const Model& m, const std::vector<int>& tokens, ch08::StepMode mode,
+                          const std::string& what) {
+  const auto ref = cpu_logits(m, tokens);
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  dec.set_mode(mode);
+  double worst = 0;
+  for (int pos = 0; pos < int(tokens.size()); ++pos) {
+    REQUIRE(dec.position() == pos);
+    const std::vector<float> got = dec.forward_logits(tokens[std::size_t(pos)]);
+    const std::vector<float>& want = ref[std::size_t(pos)];
+    const double tol = kRelTol * logit_scale(want);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double err = std::fabs(double(got[i]) - double(want[i]));
+      worst = std::max(worst, err / logit_scale(want));
+      if (!(err <= tol)) {  // NaN fails too
+        FAIL("ch08 model, " << what << " (" << ch08::to_string(mode) << "): logits at position " << pos
+             << " (token " << tokens[std::size_t(pos)] << ") differ from the CPU engine's: logit " << i
+             << " is " << got[i] << ", the CPU says " << want[i] << " (|diff| " << err << " > tolerance "
+             << tol << " = 2e-3 of the logits' scale). Positions 0.." << pos - 1 << " matched.\n"
+             << (pos == 0 ? "hint: position 0 already differs: RoPE at angle 0 is the identity and attention "
+                            "over one position returns v; check the append (the caches' row *pos) and "
+                            "attention's softmax over t = 0..*pos"
+                          : "hint: position 0 matched, a later one does not: check RoPE's angle (pos * "
+                            "10000^(-(i % head_size)/head_size)), that every kernel reads *pos (not a value "
+                            "frozen at capture), grouped-query heads (g = h / (n_heads/n_kv_heads)) and that "
+                            "attention covers t = 0..*pos inclusive"));
+      }
+    }
+  }
+  wb::testing::record_metric(std::string("max_rel_logit_error_") + ch08::to_string(mode), worst);
+}
+
+std::vector<int> random_sequence(const Model& m, int n, const std::string& label) {
+  std::mt19937_64 rng = wb::rng_for(label);
+  std::uniform_int_distribution<int> pick(2, m.config().vocab_size - 1);
+  std::vector<int> t{Tokenizer::kBos};
+  while (int(t.size()) < n) t.push_back(pick(rng));
+  return t;
+}
+
+std::optional<wb::model::TinyStoriesFiles> stories_or_skip() {
+  std::string why;
+  auto files = wb::model::tiny_stories_from_env(&why);
+  if (!files) wb::testing::mark_skipped(why);
+  return files;
+}
+
+// The tokens the CPU engine produces (wb::model::generate: BOS first, prompt forced).
+std::vector<int> cpu_greedy(const Model& m, const Tokenizer& tok, const std::string& prompt, int steps) {
+  wb::model::CpuMatmul cpu;
+  wb::model::Transformer t(m, cpu);
+  wb::model::GenerateOptions o;
+  o.prompt = prompt;
+  o.steps = steps;
+  return wb::model::generate(t, tok, o).tokens;
+}
+
+// Where GPU and CPU greedy tokens first differ: fine only if the CPU's own top two logits at
+// that position are within the tolerance (a near tie that float noise may flip).
+void compare_greedy(const Model& m, const std::vector<int>& cpu, const std::vector<int>& gpu,
+                    const std::string& what) {
+  const std::size_t n = std::min(cpu.size(), gpu.size());
+  std::size_t i = 0;
+  while (i < n && cpu[i] == gpu[i]) ++i;
+  if (i == n && cpu.size() == gpu.size()) return;
+  if (i == n) {
+    // One stopped (BOS) where the other went on: the position after the shorter one.
+    if (i == 0) FAIL("ch08 model, " << what << ": no tokens");
+  }
+  // Token i was chosen by the forward pass at position i - 1 over tokens[0..i-1].
+  const std::vector<int> prefix(cpu.begin(), cpu.begin() + std::ptrdiff_t(i));
+  const auto rows = cpu_logits(m, prefix);
+  std::vector<float> last = rows.back();
+  std::vector<float> sorted = last;
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  const double gap = double(sorted[0]) - double(sorted[1]);
+  const double noise = kRelTol * logit_scale(last);
+  const std::string got = i < gpu.size() ? std::to_string(gpu[i]) : std::string("the end (BOS)");
+  const std::string want = i < cpu.size() ? std::to_string(cpu[i]) : std::string("the end (BOS)");
+  if (gap <= noise) {
+    wb::testing::record_note(what + ": GPU and CPU first differ at token " + std::to_string(i) + " (GPU " + got +
+                             ", CPU " + want + ") where the CPU's top two logits are " + std::to_string(gap) +
+                             " apart, within float noise (" + std::to_string(noise) + "): accepted");
+    return;
+  }
+  FAIL("ch08 model, " << what << ": greedy decoding differs from the CPU engine at token " << i << " (GPU "
+                      << got << ", CPU " << want << "; the " << i << " tokens before agree). The CPU's top two "
+                      << "logits there are " << gap << " apart, far more than float noise (" << noise
+                      << "): the GPU's logits are wrong, not tied.\nhint: the teacher-forced logits test "
+                         "says where the logits go wrong first");
+}
+
+std::string decode_text(const Tokenizer& tok, const std::vector<int>& tokens) {
+  std::string text;
+  for (std::size_t i = 1; i < tokens.size(); ++i) {
+    const std::string piece = tok.decode(tokens[i - 1], tokens[i]);
+    if (!wb::model::is_unprintable_piece(piece)) text += piece;
+  }
+  return text;
+}
+
+// A small model with a short context (for the position check).
+Model short_context_model() {
+  wb::model::SyntheticSpec s = wb::model::synthetic_small();
+  s.dim = 64;
+  s.hidden_dim = 96;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.vocab_size = 256;
+  s.seq_len = 16;
+  return wb::model::make_synthetic(s);
+}
+
+__global__ void write_value(int* p, int v) { *p = v; }
+
+// CUPTI's count of one call of the fused sampler (what a token adds to the step's launches).
+std::uint64_t sampler_launches(int vocab, const ch07::SamplingParams& p) {
+  wb::DeviceBuffer<float> logits{static_cast<std::size_t>(vocab)};
+  std::vector<float> host(static_cast<std::size_t>(vocab));
+  std::mt19937_64 rng = wb::rng_for("ch08/model/sampler_launches");
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& x : host) x = normal(rng);
+  logits.upload(host);
+  wb::DeviceBuffer<int> token(1);
+  wb::DeviceBuffer<float> conf(1);
+  wb::DeviceBuffer<unsigned char> ws(ch07::fused_sampler_workspace_bytes(1, vocab));
+  cudaStream_t s;
+  WB_CUDA(cudaStreamCreate(&s));
+  ch07::sample_fused(logits.data(), 1, vocab, p, token.data(), conf.data(), ws.data(), ws.bytes(), s);
+  WB_CUDA(cudaStreamSynchronize(s));
+  wb::ApiCounter counter;
+  ch07::sample_fused(logits.data(), 1, vocab, p, token.data(), conf.data(), ws.data(), ws.bytes(), s);
+  const std::uint64_t n = counter.counts().launches;
+  WB_CUDA(cudaStreamSynchronize(s));
+  WB_CUDA(cudaStreamDestroy(s));
+  return n;
+}
+
+}  // namespace
+
+// ---- StepGraph's own rules ------------------------------------------------------------------
+
+TEST_CASE("StepGraph: capture, replay, a second capture replaces the first") {
+  WB_REQUIRE_GPU();
+  cudaStream_t s;
+  WB_CUDA(cudaStreamCreate(&s));
+  wb::DeviceBuffer<int> value(1);
+  int got = 0;
+  {
+    ch08::StepGraph g;
+    g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(value.data(), 1); }, s);
+    REQUIRE(g.captured());
+    WB_CUDA(cudaMemsetAsync(value.data(), 0, sizeof(int), s));
+    g.replay(s);
+    WB_CUDA(cudaStreamSynchronize(s));
+    got = value.download()[0];
+    if (got != 1)
+      FAIL("ch08 StepGraph: the replay of a captured kernel that writes 1 left " << got
+           << "\nhint: capture records (cudaStreamBeginCapture/EndCapture), cudaGraphInstantiate makes it "
+              "runnable, replay is cudaGraphLaunch on the given stream");
+    g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(value.data(), 2); }, s);
+    g.replay(s);
+    WB_CUDA(cudaStreamSynchronize(s));
+    got = value.download()[0];
+    if (got != 2)
+      FAIL("ch08 StepGraph: rule: a second capture replaces the first. After capturing a step that "
+           "writes 2, the replay wrote "
+           << got << " (the first graph's value)\nhint: capture() must record again every time it is "
+                     "called (free the old graph and its executable first), not keep the first graph");
+  }
+  WB_CUDA(cudaStreamDestroy(s));
+}
+
+TEST_CASE("StepGraph: a throwing enqueue_step ends the capture; bad calls throw") {
+  WB_REQUIRE_GPU();
+  cudaStream_t s;
+  WB_CUDA(cudaStreamCreate(&s));
+  wb::DeviceBuffer<int> value(1);
+  ch08::StepGraph g;
+  bool threw = false;
+  try {
+    g.capture(
+        [&](cudaStream_t st) {
+          write_value<<<1, 1, 0, st>>>(value.data(), 1);
+          throw std::runtime_error("enqueue_step failed on purpose");
+        },
+        s);
+  } catch (const std::runtime_error& e) {
+    threw = std::string(e.what()) == "enqueue_step failed on purpose";
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  WB_CUDA(cudaStreamIsCapturing(s, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t leftover = nullptr;
+    cudaStreamEndCapture(s, &leftover);  // clean up for the rest of the run
+    if (leftover) cudaGraphDestroy(leftover);
+    (void)cudaGetLastError();
+    FAIL("ch08 StepGraph: rule: a failed capture ends the capture. enqueue_step threw, and the stream was "
+         "still capturing afterwards (every later call on it fails)\nhint: catch the exception around "
+         "enqueue_step, call cudaStreamEndCapture (and destroy what it returns), then rethrow");
+  }
+  if (!threw)
+    FAIL("ch08 StepGraph: an exception thrown by enqueue_step did not reach the caller unchanged\nhint: "
+         "rethrow it (throw;) after ending the capture");
+  CHECK_MESSAGE(!g.captured(), "ch08 StepGraph: after a failed capture nothing is kept (captured() is false)");
+  CHECK_THROWS_AS(g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(value.data(), 1); }, nullptr),
+                  std::invalid_argument);
+  ch08::StepGraph fresh;
+  CHECK_THROWS_AS(fresh.replay(s), std::logic_error);
+  // The stream still works: a capture after all that succeeds.
+  g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(value.data(), 3); }, s);
+  g.replay(s);
+  WB_CUDA(cudaStreamSynchronize(s));
+  CHECK(value.download()[0] == 3);
+  WB_CUDA(cudaStreamDestroy(s));
+}
+
+// ---- Teacher-forced logits ------------------------------------------------------------------
+
+TEST_CASE("teacher-forced logits match the CPU engine at every position (synthetic small model)") {
+  WB_REQUIRE_GPU();
+  const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
+  const std::vector<int> tokens = random_sequence(m, m.config().seq_len, "ch08/model/teacher/synthetic");
+  check_teacher_forced(m, tokens, ch08::StepMode::StepByStep, "synthetic small, step by step");
+  check_teacher_forced(m, tokens, ch08::StepMode::Graph, "synthetic small, graph");
+}
+
+TEST_CASE("teacher-forced logits match the CPU engine at every position (stories260K)") {
+  WB_REQUIRE_GPU();
+  const auto files = stories_or_skip();
+  if (!files) return;
+  const Model m = wb::model::load_checkpoint(files->model);
+  const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
+  // A natural sequence: the CPU's own greedy story, continued past BOS with the prompt's text.
+  std::vector<int> tokens = cpu_greedy(m, tok, "Once upon a time", 256);
+  const std::vector<int> more = random_sequence(m, 256, "ch08/model/teacher/stories");
+  for (std::size_t i = 1; tokens.size() < 256; ++i) tokens.push_back(more[i]);
+  check_teacher_forced(m, tokens, ch08::StepMode::StepByStep, "stories260K, step by step");
+  check_teacher_forced(m, tokens, ch08::StepMode::Graph, "stories260K, graph");
+}
+
+TEST_CASE("positions are checked: a step past seq_len throws before anything runs") {
+  WB_REQUIRE_GPU();
+  const Model m = short_context_model();
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  for (int pos = 0; pos < m.config().seq_len; ++pos) (void)dec.forward_logits(pos == 0 ? 1 : 5 + pos);
+  CHECK_THROWS_AS((void)dec.forward_logits(5), std::out_of_range);
+  dec.reset();
+  CHECK(dec.position() == 0);
+  CHECK_NOTHROW((void)dec.forward_logits(1));
+}
+
+// ---- Decoding ---------------------------------------------------------------------------------
+
+TEST_CASE("greedy decoding of stories260K gives the CPU engine's tokens (256 steps, several prompts)") {
+  WB_REQUIRE_GPU();
+  const auto files = stories_or_skip();
+  if (!files) return;
+  const Model m = wb::model::load_checkpoint(files->model);
+  const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  for (const std::string prompt : {"", "Once upon a time", "Lily and Ben went to the park", "The little dog"}) {
+    CAPTURE(prompt);
+    const std::vector<int> want = cpu_greedy(m, tok, prompt, 256);
+    const std::vector<int> prompt_tokens = tok.encode(prompt, /*bos=*/true, /*eos=*/false);
+    for (ch08::StepMode mode : {ch08::StepMode::StepByStep, ch08::StepMode::Graph}) {
+      dec.set_mode(mode);
+      const std::vector<int> got = dec.generate(prompt_tokens, 256, kGreedy);
+      compare_greedy(m, want, got, "stories260K greedy, prompt '" + prompt + "', " + ch08::to_string(mode));
+    }
+  }
+}
+
+TEST_CASE("stories260K on the GPU prints llama2.c's greedy text exactly") {
+  WB_REQUIRE_GPU();
+  const auto files = stories_or_skip();
+  if (!files) return;
+  const Model m = wb::model::load_checkpoint(files->model);
+  const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  dec.set_mode(ch08::StepMode::Graph);
+  const std::vector<int> tokens = dec.generate(std::vector<int>{Tokenizer::kBos}, wb::model::kTinyStoriesSteps, kGreedy);
+  const std::string text = decode_text(tok, tokens);
+  if (text != wb::model::kTinyStoriesGreedyText)
+    FAIL("ch08 model: greedy decoding of stories260K (200 steps, no prompt, graph) printed\n  "
+         << text << "\nllama2.c prints\n  " << wb::model::kTinyStoriesGreedyText
+         << "\nhint: the CPU engine prints llama2.c's text exactly; the teacher-forced logits tests show "
+            "where the GPU's logits first go wrong");
+}
+
+TEST_CASE("sampling (temperature 0.8, top_p 0.9) is reproducible for a seed, differs for another; the graph "
+          "gives exactly the un-graphed tokens") {
+  WB_REQUIRE_GPU();
+  std::string why;
+  const auto files = wb::model::tiny_stories_from_env(&why);
+  const Model m = files ? wb::model::load_checkpoint(files->model)
+                        : wb::model::make_synthetic(wb::model::synthetic_small());
+  if (!files) wb::testing::record_note("on the synthetic small model: " + why);
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  const std::vector<int> bos{Tokenizer::kBos};
+  const int steps = std::min(128, m.config().seq_len);
+  const ch07::SamplingParams p7{0.8f, 0, 0.9f, 7, 0}, p8{0.8f, 0, 0.9f, 8, 0};
+  dec.set_mode(ch08::StepMode::StepByStep);
+  const std::vector<int> a = dec.generate(bos, steps, p7);
+  const std::vector<int> greedy_steps = dec.generate(bos, steps, kGreedy);
+  dec.set_mode(ch08::StepMode::Graph);
+  const std::vector<int> b = dec.generate(bos, steps, p7);
+  const std::vector<int> c = dec.generate(bos, steps, p7);
+  const std::vector<int> d = dec.generate(bos, steps, p8);
+  const std::vector<int> greedy_graph = dec.generate(bos, steps, kGreedy);
+  if (greedy_graph != greedy_steps || b != a)
+    FAIL("ch08 model: the graph's tokens differ from the un-graphed loop's (" << (b != a ? "sampled" : "greedy")
+         << ", " << m.origin() << ")\nhint: a graph replays exactly what was captured: every kernel must read "
+            "the position and the token through their device pointers, and the step must end by advancing "
+            "*pos; a value captured by value is frozen");
+  CHECK_MESSAGE(c == b, "ch08 model: two sampled generations with the same seed differ (they must be "
+                        "reproducible: the sampler's randomness is keyed by (seed, step))");
+  CHECK_MESSAGE(d != b, "ch08 model: seeds 7 and 8 sampled the same " << b.size() << " tokens");
+}
+
+// ---- The graph is really used ----------------------------------------------------------------
+
+TEST_CASE("per token: one graph launch, no allocation, no device synchronize, 4 bytes back") {
+  WB_REQUIRE_GPU();
+  if (!wb::ApiCounter::available()) {
+    wb::testing::mark_skipped("CUPTI is not available: " + wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
+  const int layers = m.config().n_layers, steps = 48;
+  const ch07::SamplingParams sampled{1.0f, 0, 1.0f, 11, 0};  // every pass samples (no BOS stop in practice)
+  const double sampler = double(sampler_launches(m.config().vocab_size, sampled));
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  const std::vector<int> bos{Tokenizer::kBos};
+  double per_token[2] = {0, 0};
+  for (ch08::StepMode mode : {ch08::StepMode::StepByStep, ch08::StepMode::Graph}) {
+    CAPTURE(ch08::to_string(mode));
+    dec.set_mode(mode);
+    (void)dec.generate(bos, steps, sampled);  // captures (Graph): not counted
+    wb::ApiCounter counter;
+    (void)dec.generate(bos, steps, sampled);
+    const wb::ApiCounts c = counter.counts();
+    const int passes = dec.forward_passes();
+    REQUIRE(passes > 0);
+    const double launches = double(c.launches) / passes;
+    per_token[mode == ch08::StepMode::Graph] = launches;
+    wb::testing::record_metric(std::string("launches_per_token_") + ch08::to_string(mode), launches);
+    wb::testing::record_metric(std::string("decoder_count_per_token_") + ch08::to_string(mode),
+                               dec.host_launches_per_step());
+    if (c.mallocs != 0 || c.host_allocs != 0)
+      FAIL("ch08 model (" << ch08::to_string(mode) << "): rule: no allocation inside a step. "
+                          << c.mallocs << " device and " << c.host_allocs << " pinned allocations during "
+                          << passes << " tokens\n" << c.resources());
+    if (c.device_syncs != 0)
+      FAIL("ch08 model (" << ch08::to_string(mode) << "): rule: no device synchronize inside a step ("
+                          << c.device_syncs << " cudaDeviceSynchronize in " << passes << " tokens)");
+    if (c.bytes_d2h != 4ull * std::uint64_t(passes))
+      FAIL("ch08 model (" << ch08::to_string(mode) << "): " << c.bytes_d2h << " bytes device-to-host in "
+                          << passes << " tokens; only the token (4 bytes) may come back per token");
+    if (mode == ch08::StepMode::Graph) {
+      // The decoder waits once per token (for the 4 bytes) and once at each end of generate().
+      if (c.stream_syncs > std::uint64_t(passes) + 2 || c.event_syncs != 0)
+        FAIL("ch08 model (graph): rule: replay returns without waiting. "
+             << c.stream_syncs << " stream and " << c.event_syncs << " event synchronizations in " << passes
+             << " tokens; the decoder itself waits " << passes + 2
+             << " times\nhint: StepGraph::replay is one cudaGraphLaunch and nothing else; the caller decides "
+                "when to wait");
+      if (launches > sampler + 1.0)
+        FAIL("ch08 model (graph): rule: one graph launch per token. CUPTI counted "
+             << launches << " kernel launches per token from the host, the sampler alone makes " << sampler
+             << " (cudaGraphLaunch is not a kernel launch): the step's kernels were launched one by one\n"
+                "hint: replay must be cudaGraphLaunch of the instantiated graph, not enqueue_step again");
+    } else {
+      const double at_least = 10.0 * layers + 1;  // 7 matvecs + rope + attention + swiglu per layer, classifier
+      CHECK_MESSAGE(launches >= at_least, "ch08 model: the un-graphed step launched only "
+                                              << launches << " kernels per token (at least " << at_least
+                                              << " expected): is CUPTI counting?");
+    }
+  }
+  MESSAGE("host kernel launches per token: step by step " << per_token[0] << ", graph " << per_token[1]
+                                                          << " (the sampler: " << sampler << ")");
+}
