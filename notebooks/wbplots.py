@@ -375,9 +375,13 @@ def fusion_plots(tests_dir=None) -> list:
     return out
 
 
-LADDER_CHAPTERS = ladder_chapters() if TESTS_DIR.is_dir() else ("01", "02", "03")
-LADDER_ORDER = ["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent"]
+LADDER_CHAPTERS = ladder_chapters() if TESTS_DIR.is_dir() else ("01", "02", "03", "08")
+LADDER_ORDER = ["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent",
+                "08_step_by_step", "08_graph"]
 BREAKDOWN_ORDER = ["alloc", "h2d", "kernel", "d2h", "free"]
+# The model the ladder compares on. Chapter 08's bench also decodes stories260K; those entries
+# are drawn beside the ladder (capstone_rows), never mixed into it.
+LADDER_SHAPE = "synthetic-110m"
 
 
 @dataclass
@@ -389,18 +393,21 @@ class LadderStep:
     file: ResultsFile
 
 
-def ladder(results: ResultsSet, build: str = "solution") -> list:
-    """The end-to-end ladder (entries with tokens_per_s) from chapters 01-03 of one build.
+def ladder(results: ResultsSet, build: str = "solution", shape: str = LADDER_SHAPE) -> list:
+    """The end-to-end ladder (entries with tokens_per_s, of one model) from the ladder
+    chapters (01-03, 08) of one build.
 
-    Chapter 03's bench runs the whole ladder (CPU, 01, 02, 03) in one process, so the latest
-    chapter file that has a variant wins; earlier chapters fill in what it lacks."""
+    Chapter 03's bench runs the whole ladder (CPU, 01, 02, 03) in one process, and chapter
+    08's runs the CPU, 03 and 08 again beside its own rungs, so the latest chapter file that
+    has a variant wins; earlier chapters fill in what it lacks (the table says which file each
+    rung came from). An entry without a shape counts as the ladder's model."""
     chosen = {}
     for chapter in ladder_chapters() if TESTS_DIR.is_dir() else LADDER_CHAPTERS:
         f = results.get(chapter, build)
         if f is None:
             continue
         for e in f.entries:
-            if "tokens_per_s" in e:
+            if "tokens_per_s" in e and e.get("shape", shape) == shape:
                 chosen[e["variant"]] = LadderStep(e["variant"], float(e["tokens_per_s"]),
                                                   dict(e.get("breakdown_us", {})), e, f)
 
@@ -408,6 +415,109 @@ def ladder(results: ResultsSet, build: str = "solution") -> list:
         return (LADDER_ORDER.index(v) if v in LADDER_ORDER else len(LADDER_ORDER), v)
 
     return [chosen[v] for v in sorted(chosen, key=rank)]
+
+
+# --------------------------------------------------------------------------------------
+# Chapter 08, the capstone (the whole token loop on the GPU), and its PyTorch peer
+# (notebooks/peers/pytorch_decode.py). Every name the notebooks read from their results is
+# here, in one place; an entry or key that is missing is skipped, never an error.
+# --------------------------------------------------------------------------------------
+
+CAPSTONE_CHAPTER = "08"
+CAPSTONE_VARIANTS = ("08_step_by_step", "08_graph")
+CAPSTONE_SHAPES = ("synthetic-110m", "stories260K")
+STAGE_KEY = "stage_us"  # µs per token of one un-graphed step, by stage (event-timed)
+STAGE_ORDER = ("embed_norm", "matvec", "rope", "attention", "swiglu", "sampler")
+STAGE_TOTAL = "total"   # the bench's sum of the stages: not a stage of its own
+WEIGHT_BYTES_KEY = "weight_bytes_per_token"
+ROOFLINE_KEY = "roofline_tokens_per_s"  # weight bytes per token at the run's measured bandwidth
+ROOFLINE_CEILING_KEY = "roofline_ceiling"  # which ceiling the bench used: read_gbps, else copy_gbps
+DECODE_PEER = "pytorch_decode"
+DECODE_PEER_VARIANTS = ("pytorch_eager", "pytorch_graph", "pytorch_compile")
+# The rungs drawn against the roofline, in order (whichever of them the results have).
+ROOFLINE_VARIANTS = ("cpu_all_threads", "03_persistent") + CAPSTONE_VARIANTS + DECODE_PEER_VARIANTS
+
+
+@dataclass
+class DecodeRow:
+    variant: str
+    shape: str
+    tokens_per_s: float
+    weight_bytes: float | None    # weight bytes one token reads (None when no file says)
+    roofline_tps: float | None    # weight bytes per token at the file's measured copy bandwidth
+    entry: dict
+    file: ResultsFile
+
+    @property
+    def fraction_of_roofline(self) -> float | None:
+        return self.tokens_per_s / self.roofline_tps if self.roofline_tps else None
+
+
+def peer_file(results: ResultsSet, name: str = DECODE_PEER):
+    """A PyTorch peer file by its chapter name (pytorch_decode), or None."""
+    for f in results.files.values():
+        if f.chapter == name:
+            return f
+    return None
+
+
+def capstone_rows(results: ResultsSet, shape: str, build: str = "solution") -> list:
+    """tokens/s of every ROOFLINE_VARIANTS rung of one model: the ladder chapters' latest entry
+    of each (as ladder() picks them) and the PyTorch peer's, with the roofline of each.
+
+    The roofline is the entry's own (ROOFLINE_KEY, at the ceiling ROOFLINE_CEILING_KEY names)
+    when it has one; else the weight bytes per token (the entry's, else any other entry's of
+    the same model: it is the model's size, not a measurement) over its file's measured read
+    bandwidth, else its copy bandwidth (as the chapter 08 bench does)."""
+    rows = {}
+    for chapter in ladder_chapters() if TESTS_DIR.is_dir() else LADDER_CHAPTERS:
+        f = results.get(chapter, build)
+        if f is None:
+            continue
+        for e in f.entries:
+            if e.get("variant") in ROOFLINE_VARIANTS and "tokens_per_s" in e and e.get("shape", LADDER_SHAPE) == shape:
+                rows[e["variant"]] = (e, f)
+    peer = peer_file(results)
+    if peer is not None:
+        for e in peer.entries:
+            if e.get("variant") in DECODE_PEER_VARIANTS and "tokens_per_s" in e and e.get("shape") == shape:
+                rows[e["variant"]] = (e, peer)
+    sizes = [e[WEIGHT_BYTES_KEY] for e, _ in rows.values() if e.get(WEIGHT_BYTES_KEY)]
+    model_bytes = float(sizes[0]) if sizes else None
+    out = []
+    for v in ROOFLINE_VARIANTS:
+        if v not in rows:
+            continue
+        e, f = rows[v]
+        wbytes = float(e[WEIGHT_BYTES_KEY]) if e.get(WEIGHT_BYTES_KEY) else model_bytes
+        roof = e.get(ROOFLINE_KEY)
+        ceilings = f.env.get("ceilings", {})
+        gbps = ceilings.get("read_gbps") or ceilings.get("copy_gbps")
+        if not roof and wbytes and gbps:
+            roof = float(gbps) * 1e9 / wbytes
+        out.append(DecodeRow(v, shape, float(e["tokens_per_s"]), wbytes, float(roof) if roof else None, e, f))
+    return out
+
+
+def capstone_stages(results: ResultsSet, shape: str = LADDER_SHAPE, build: str = "solution") -> list:
+    """(variant, {stage: µs per token}, entry, file) of the chapter 08 entries of one model
+    that carry STAGE_KEY; stages in STAGE_ORDER, then any others the bench added. The stages
+    are those of one un-graphed step, so an entry that repeats an earlier one's is left out."""
+    f = results.get(CAPSTONE_CHAPTER, build)
+    if f is None:
+        return []
+    out = []
+    for e in f.entries:
+        stages = e.get(STAGE_KEY)
+        if e.get("shape") != shape or not isinstance(stages, dict) or not stages:
+            continue
+        ordered = {k: float(stages[k]) for k in STAGE_ORDER if isinstance(stages.get(k), (int, float))}
+        ordered.update({k: float(v) for k, v in stages.items()
+                        if k not in ordered and k != STAGE_TOTAL and isinstance(v, (int, float))})
+        if any(ordered == seen for _, seen, _, _ in out):
+            continue
+        out.append((e["variant"], ordered, e, f))
+    return out
 
 
 def breakdown_keys(steps) -> list:

@@ -164,7 +164,56 @@ def chapter_files(build, slow, student_done=True):
     files["05_fused_gelu"] = sweep_entries(
         impl, [(f"2^{k}", 1 << k) for k in GELU_LOG2], slow, rng, lambda shape, n: {"n": n}, 8, 8,
         student_done=student_done)
+    files["08_token_loop"] = capstone(build, slow)
     return files
+
+
+# Chapter 08 (the capstone) and its PyTorch peer: made-up numbers in the shape of
+# tests/08_token_loop/bench.cu's and notebooks/peers/pytorch_decode.py's entries.
+DECODE_MODELS = {  # shape -> (weight bytes per token, scale of the made-up speeds)
+    "synthetic-110m": (4.0 * (768 + 12 * (2 * 768 + 4 * 768 * 768 + 3 * 768 * 2048) + 768 + 32000 * 768), 1.0),
+    "stories260K": (4.0 * (64 + 5 * (2 * 64 + 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 172) + 64 + 512 * 64), 6.0),
+}
+
+
+def capstone(build, slow):
+    impl = build
+    out = []
+    for shape, (wbytes, scale) in DECODE_MODELS.items():
+        roof = ENV["ceilings"]["copy_gbps"] * 1e9 / wbytes
+        for variant, who, tps in [("cpu_all_threads", "cpu", 150.0 * scale ** 2),
+                                  ("03_persistent", impl, 1400.0 * scale / slow)]:
+            e = ladder_entry(variant, who, tps, bd(0, 0, 5300.0, 0, 0) if who == "cpu"
+                             else bd(0.0, 30.0, 650.0 * slow, 20.0, 0.0), threads=1 if variant == "cpu_1thread" else 16)
+            e["shape"] = shape
+            out.append(e)
+        stages = {"embed_norm": 40.0, "matvec": 130.0 * slow, "rope": 12.0, "attention": 60.0 * slow,
+                  "swiglu": 12.0, "sampler": 25.0}
+        if shape == "stories260K":
+            stages = {k: v / 3 for k, v in stages.items()}
+        step_us = sum(stages.values())
+        stages["total"] = step_us
+        for variant, tps in [("08_step_by_step", 1e6 / (step_us + 350.0)), ("08_graph", 1e6 / (step_us + 40.0))]:
+            out.append({"variant": variant, "impl": impl, "shape": shape, "tokens_per_s": round(tps, 3),
+                        "tokens_timed": 255, "steps": 256, "stage_us": stages,
+                        "breakdown_us": {"kernel": step_us},
+                        "breakdown_method": "SYNTHETIC fixture: made-up numbers",
+                        "weight_bytes_per_token": wbytes, "roofline_tokens_per_s": round(roof, 3),
+                        "roofline_ceiling": "copy_gbps"})
+    return out
+
+
+def decode_peer():
+    out = []
+    for shape, (wbytes, scale) in DECODE_MODELS.items():
+        for variant, tps in [("pytorch_eager", 130.0 * scale), ("pytorch_graph", 700.0 * scale),
+                             ("pytorch_compile", 900.0 * scale)]:
+            out.append({"variant": variant, "impl": "pytorch", "shape": shape, "tokens_per_s": tps,
+                        "tokens_timed": 256, "steps": 256, "clock": "host", "weight_bytes_per_token": wbytes,
+                        "roofline_tokens_per_s": round(ENV["ceilings"]["copy_gbps"] * 1e9 / wbytes, 3)})
+    d = doc("pytorch_decode", "peer", out)
+    d["peer"] = {"framework": "SYNTHETIC (no torch was run)"}
+    return d
 
 
 def peers():
@@ -261,6 +310,7 @@ def main(out_dir: Path):
     for chapter in ["00_measure_right", "01_naive_matvec", "04_fused_softmax", "05_fused_gelu"]:
         written.append((results / f"{chapter}-student.json", json.dumps(doc(chapter, "student", student[chapter]), indent=1) + "\n"))
     written.append((results / "pytorch_peers.json", json.dumps(peers(), indent=1) + "\n"))
+    written.append((results / "pytorch_decode.json", json.dumps(decode_peer(), indent=1) + "\n"))
     for rel, text in grade_all().items():
         written.append((out_dir / "grade-all" / rel, text))
     for rel, text in malformed(doc("04_fused_softmax", "solution", solution["04_fused_softmax"])).items():

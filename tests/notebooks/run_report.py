@@ -15,7 +15,8 @@ from nbtest_common import TOOLS, gradebook_for, require_modules, shipped_or_fixt
 # What each notebook draws from the fixtures, which have every chapter and a student
 # part-way through: the full set must appear.
 FIXTURE_FIGURES = {
-    "01_transfer_ladder": {"speedup_vs_cpu", "time_breakdown", "matvec_bandwidth"},
+    "01_transfer_ladder": {"speedup_vs_cpu", "time_breakdown", "capstone_stages", "decode_roofline",
+                           "matvec_bandwidth"},
     "02_fusion": {"softmax_sweep", "gelu_sweep", "roofline"},
     "03_student_vs_reference": {"summary", "00_measure_right_time", "01_naive_matvec_time",
                                 "01_naive_matvec_tokens", "03_persistent_weights_tokens",

@@ -139,9 +139,46 @@ class Shaping(unittest.TestCase):
     def test_ladder_prefers_the_latest_chapter_and_orders_the_rungs(self):
         rs = wbplots.load_results([GOOD])
         steps = wbplots.ladder(rs, "solution")
-        self.assertEqual(["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent"],
-                         [s.variant for s in steps])
-        self.assertTrue(all(s.file.chapter == "03_persistent_weights" for s in steps))
+        self.assertEqual(["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent",
+                          "08_step_by_step", "08_graph"], [s.variant for s in steps])
+        # chapter 08's bench runs cpu_all_threads and 03 again: its entries win over chapter 03's
+        self.assertEqual({"cpu_1thread": "03_persistent_weights", "cpu_all_threads": "08_token_loop",
+                          "01_naive": "03_persistent_weights", "02_preallocated": "03_persistent_weights",
+                          "03_persistent": "08_token_loop", "08_step_by_step": "08_token_loop",
+                          "08_graph": "08_token_loop"}, {s.variant: s.file.chapter for s in steps})
+        self.assertEqual({"synthetic-110m"}, {s.entry["shape"] for s in steps}, "one model per ladder")
+
+    def test_ladder_without_chapter_08_is_the_01_03_ladder(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("01_naive_matvec-solution.json", "02_preallocated-solution.json",
+                         "03_persistent_weights-solution.json"):
+                write(Path(d), name, load(name))
+            rs = wbplots.load_results([d])
+            steps = wbplots.ladder(rs, "solution")
+            self.assertEqual(["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent"],
+                             [s.variant for s in steps])
+            self.assertEqual([], wbplots.capstone_stages(rs))
+            rows = wbplots.capstone_rows(rs, "synthetic-110m")
+            self.assertEqual(["cpu_all_threads", "03_persistent"], [r.variant for r in rows])
+            self.assertTrue(all(r.roofline_tps is None for r in rows), "no weight bytes known: no roofline")
+            self.assertEqual([], wbplots.capstone_rows(rs, "stories260K"))
+
+    def test_capstone_rows_stages_and_roofline(self):
+        rs = wbplots.load_results([GOOD])
+        rows = {r.variant: r for r in wbplots.capstone_rows(rs, "stories260K")}
+        self.assertEqual(["cpu_all_threads", "03_persistent", "08_step_by_step", "08_graph", "pytorch_eager",
+                          "pytorch_graph", "pytorch_compile"], list(rows))
+        self.assertEqual("pytorch_decode", rows["pytorch_graph"].file.chapter)
+        g = rows["08_graph"]
+        self.assertAlmostEqual(g.entry["roofline_tokens_per_s"], g.roofline_tps)
+        self.assertAlmostEqual(g.tokens_per_s / g.roofline_tps, g.fraction_of_roofline)
+        # an entry without its own weight bytes or roofline borrows the model's size
+        cpu = rows["cpu_all_threads"]
+        self.assertEqual(g.weight_bytes, cpu.weight_bytes)
+        self.assertAlmostEqual(cpu.file.copy_gbps * 1e9 / g.weight_bytes, cpu.roofline_tps)  # no read_gbps there
+        stages = wbplots.capstone_stages(rs, "synthetic-110m")
+        self.assertEqual(["08_step_by_step"], [v for v, _, _, _ in stages], "the same step's stages once")
+        self.assertEqual(list(wbplots.STAGE_ORDER), list(stages[0][1]), "the bench's 'total' is not a stage")
 
     def test_ladder_fills_in_from_earlier_chapters(self):
         with tempfile.TemporaryDirectory() as d:
@@ -321,7 +358,7 @@ class Manifests(unittest.TestCase):
     """The chapters a notebook plots come from tests/*/chapter.json ("plots")."""
 
     def test_the_repository_manifests(self):
-        self.assertEqual(("01", "02", "03"), wbplots.ladder_chapters())
+        self.assertEqual(("01", "02", "03", "08"), wbplots.ladder_chapters())
         ops = wbplots.fusion_plots()
         self.assertEqual([("softmax", "04", "softmax"), ("gelu", "05", "gelu"), ("add_norm", "06", None)],
                          [(p.op, p.chapter, p.peer) for p in ops])
