@@ -68,81 +68,56 @@ struct Options {
   float top_p = 1.0f;
 };
 
+// The GPU generators live in chapter bench programs (each links its chapter libraries): build
+// bench_<chapter>_<build>, then run its `generate` subcommand with `args` and the model options.
+// `needs` says what must be configured when the build fails; `no_gpu` what to say on exit 77.
+int build_and_generate(const Options& o, const std::string& chapter, const std::string& what,
+                       const std::string& needs, std::vector<std::string> args, const std::string& no_gpu) {
+  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
+  const std::string target = "bench_" + chapter + "_" + o.build;
+  const std::string binary_dir = WB_BINARY_DIR;
+  std::cerr << "workbook generate: building " << target << " (" << what << ", " << o.build << " build)\n";
+  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
+    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: " << needs
+              << (o.build == "student" ? " and your chapter files compiling" : "") << "; `./workbook check "
+              << chapter << "` shows what is missing.\n";
+    return 2;
+  }
+  args.insert(args.begin(), {binary_dir + "/bin/" + target, "generate"});
+  args.insert(args.end(), {"--steps", std::to_string(o.steps), "--temperature", std::to_string(o.temperature),
+                           "--seed", std::to_string(o.seed)});
+  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
+  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
+  const int code = run_and_wait(args, false);
+  if (code == 77) std::cerr << "workbook generate: " << no_gpu << "\n";
+  return code;
+}
+
 // Chapter 07's samplers (--sampler cpu|07) live in chapter 07's library, which its bench
-// program links: build bench_07_<build> and let its `generate` subcommand run.
+// program links.
 int generate_with_chapter_sampler(const Options& o) {
-  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
-  const std::string target = "bench_07_" + o.build;
-  const std::string binary_dir = WB_BINARY_DIR;
-  std::cerr << "workbook generate: building " << target << " (chapter 07, " << o.build << " build)\n";
-  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
-    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: --sampler needs "
-              << "chapter 07 configured" << (o.build == "student" ? " and your chapter files compiling" : "")
-              << "; `./workbook check 07` shows what is missing.\n";
-    return 2;
-  }
-  std::vector<std::string> args = {binary_dir + "/bin/" + target, "generate", "--sampler", o.sampler,
-                                   "--steps", std::to_string(o.steps), "--temperature",
-                                   std::to_string(o.temperature), "--top-k", std::to_string(o.top_k),
-                                   "--top-p", std::to_string(o.top_p), "--seed", std::to_string(o.seed),
-                                   "--threads", std::to_string(o.threads)};
-  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
-  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
-  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
-  const int code = run_and_wait(args, false);
-  if (code == 77) std::cerr << "workbook generate: --sampler " << o.sampler << " needs a CUDA device\n";
-  return code;
+  return build_and_generate(o, "07", "chapter 07", "--sampler needs chapter 07 configured",
+                            {"--sampler", o.sampler, "--top-k", std::to_string(o.top_k), "--top-p",
+                             std::to_string(o.top_p), "--threads", std::to_string(o.threads)},
+                            "--sampler " + o.sampler + " needs a CUDA device");
 }
 
-// Backend 08: chapter 08's decoder (bench_08_<build> generate), with chapter 07's fused sampler
-// on the GPU (so --top-k and --top-p apply) and the step as a CUDA graph.
+// Backend 08: chapter 08's decoder, with chapter 07's fused sampler on the GPU (so --top-k and
+// --top-p apply) and the step as a CUDA graph. Chapter 08 links the earlier chapters'
+// references itself (manifest "uses").
 int generate_with_chapter_08(const Options& o) {
-  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
-  const std::string target = "bench_08_" + o.build;
-  const std::string binary_dir = WB_BINARY_DIR;
-  std::cerr << "workbook generate: building " << target << " (chapter 08, " << o.build << " build)\n";
-  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
-    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: backend 08 needs "
-              << "chapters 01, 03, 04, 06, 07 and 08 configured"
-              << (o.build == "student" ? " and your chapter files compiling" : "")
-              << "; `./workbook check 08` shows what is missing.\n";
-    return 2;
-  }
-  std::vector<std::string> args = {binary_dir + "/bin/" + target, "generate", "--steps", std::to_string(o.steps),
-                                   "--temperature", std::to_string(o.temperature), "--top-k",
-                                   std::to_string(o.top_k), "--top-p", std::to_string(o.top_p), "--seed",
-                                   std::to_string(o.seed)};
-  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
-  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
-  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
-  const int code = run_and_wait(args, false);
-  if (code == 77) std::cerr << "workbook generate: backend 08 needs a CUDA device; try --backend cpu\n";
-  return code;
+  return build_and_generate(o, "08", "chapter 08", "backend 08 needs chapter 08 configured",
+                            {"--top-k", std::to_string(o.top_k), "--top-p", std::to_string(o.top_p)},
+                            "backend 08 needs a CUDA device; try --backend cpu");
 }
 
-// The GPU backends: build chapter 03's bench program for `build` and let it generate.
+// The matmul backends 01-03: chapter 03's bench program links chapters 01, 02 and 03.
 int generate_on_gpu(const Options& o) {
-  grader::install_interrupt_handlers();  // Ctrl-C stops the generator's process group too
-  const std::string target = "bench_03_" + o.build;
-  const std::string binary_dir = WB_BINARY_DIR;
-  std::cerr << "workbook generate: building " << target << " (chapters 01-03, " << o.build << " build)\n";
-  if (run_and_wait({"cmake", "--build", binary_dir, "--target", target}, true) != 0) {
-    std::cerr << "workbook generate: building " << target << " failed (see above)\nhint: backend "
-              << o.backend << " needs chapters 01, 02 and 03 configured"
-              << (o.build == "student" ? " and your chapter files compiling" : "")
-              << "; `./workbook check 03` shows what is missing.\n";
-    return 2;
-  }
-  std::vector<std::string> args = {binary_dir + "/bin/" + target, "generate", "--backend", o.backend,
-                                   "--steps", std::to_string(o.steps), "--temperature",
-                                   std::to_string(o.temperature), "--seed", std::to_string(o.seed),
-                                   "--threads", std::to_string(o.threads)};
-  if (!o.model.empty()) args.insert(args.end(), {"--model", o.model});
-  if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
-  if (!o.prompt.empty()) args.insert(args.end(), {"--prompt", o.prompt});
-  const int code = run_and_wait(args, false);
-  if (code == 77) std::cerr << "workbook generate: backend " << o.backend << " needs a CUDA device; try --backend cpu\n";
-  return code;
+  return build_and_generate(o, "03", "chapters 01-03",
+                            "backend " + o.backend + " needs chapters 01, 02 and 03 configured",
+                            {"--backend", o.backend, "--threads", std::to_string(o.threads)},
+                            "backend " + o.backend + " needs a CUDA device; try --backend cpu");
 }
 
 }  // namespace
