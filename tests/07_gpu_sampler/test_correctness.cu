@@ -330,6 +330,10 @@ struct Shape {
   int rows, vocab;
 };
 
+// Under compute-sanitizer (wb::coverage::quick()), how many logits one case may push
+// through a sampler in all (see draws_for and greedy_on_every_shape).
+constexpr long long kQuickLogits = 1 << 22;
+
 // The logits of a batch, drawn once per process and label (256 x 151936 normal floats take
 // most of a second to draw; every step reuses them).
 const std::vector<float>& batch_logits(const std::string& label, Shape s, float sigma,
@@ -355,6 +359,9 @@ const std::vector<Shape> kShapes = {{1, 1},     {1, 2},      {3, 5},       {2, 3
 
 void greedy_on_every_shape(Step step) {
   for (const Shape s : kShapes) {
+    // Under compute-sanitizer the 256-row batch is left out: no path depends on the row
+    // count (16 x 151936 runs the same code), and it is 39 million logits per call.
+    if (wb::coverage::quick() && static_cast<long long>(s.rows) * s.vocab > 8 * kQuickLogits) continue;
     // 0, 1 or 2 extra copies of each row's max: ties the argmax breaks by the lowest index.
     const std::vector<float>& logits =
         batch_logits("ch07/greedy/" + shape_of(s.rows, s.vocab), s, 3.0f, 3, 0, 0.0f);
@@ -492,14 +499,17 @@ struct DistributionCase {
 // whose CPU half touches every logit of every draw (steps 1 and 2), most of all on
 // 151936-wide rows. Their chi-square is weaker there but
 // still exact (the same significance); the suite must run in seconds, many times over (once
-// per known-wrong version). Under compute-sanitizer (wb::coverage::quick()) every step gets at
-// most 2560 draws: the tools slow each call down a hundredfold, and what they check (every
-// access of every path) needs the calls, not the statistics; the chi-square stays exact, only
+// per known-wrong version). Under compute-sanitizer (wb::coverage::quick()) a case gets at
+// most 2560 draws and at most kQuickLogits logits in all (32 draws of a 151936-wide row):
+// the tools slow each logit's shared-memory traffic down a hundredfold or more (racecheck
+// ran past 15 minutes with 2560 draws of the wide rows), and what they check (every access
+// of every path) needs the calls, not the statistics; the chi-square stays exact, only
 // weaker.
 long long draws_for_full_run(Step step, int vocab);
 long long draws_for(Step step, int vocab) {
   const long long full = draws_for_full_run(step, vocab);
-  return wb::coverage::quick() ? std::min(full, 2560LL) : full;
+  if (!wb::coverage::quick()) return full;
+  return std::min(full, std::clamp(kQuickLogits / vocab, 32LL, 2560LL));
 }
 long long draws_for_full_run(Step step, int vocab) {
   if (vocab < 20000) {
@@ -636,7 +646,8 @@ void membership(Step step) {
   for (const DistributionCase& c : cases) {
     const int vocab = static_cast<int>(c.row.size());
     const int rows = vocab > 20000 ? 32 : 256;
-    const int calls = vocab > 20000 ? (step == Step::SortThenCpu ? 4 : 16) : 40;
+    int calls = vocab > 20000 ? (step == Step::SortThenCpu ? 4 : 16) : 40;
+    if (wb::coverage::quick()) calls = vocab > 20000 ? 1 : 4;  // see draws_for
     Runner runner(step, repeat_rows(c.row, rows), rows, vocab);
     const Expected e = expected_for(c.row.data(), vocab, c.params);
     for (int call = 0; call < calls; ++call) {
