@@ -25,7 +25,8 @@ struct Totals {
       host_allocs{0}, host_frees{0}, host_alloc_bytes{0}, host_free_bytes{0}, host_registers{0},
       host_unregisters{0}, host_register_bytes{0}, host_unregister_bytes{0}, memcpys{0}, memsets{0},
       device_syncs{0}, stream_syncs{0}, event_syncs{0}, launches{0}, event_creates{0},
-      event_destroys{0}, event_records{0}, elapsed_reads{0}, h2d{0}, d2h{0}, d2d{0}, h2h{0};
+      event_destroys{0}, event_records{0}, elapsed_reads{0}, h2d{0}, d2h{0}, d2d{0}, h2h{0},
+      graphs_created{0}, graphs_destroyed{0}, graph_execs_created{0}, graph_execs_destroyed{0};
 };
 Totals g_totals;
 CUpti_SubscriberHandle g_subscriber = nullptr;
@@ -310,6 +311,30 @@ void count_call(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
       launch(config ? config->stream : nullptr);
       break;
     }
+    // Graphs: made by a capture or cudaGraphCreate, instantiated into executable graphs;
+    // each must be destroyed by its owner (chapter 08's StepGraph).
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphCreate_v10000:
+      g_totals.graphs_created++;
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000: {
+      const auto& p = params<cudaStreamEndCapture_v10000_params>(info);
+      if (p.pGraph && *p.pGraph) g_totals.graphs_created++;
+      break;
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphDestroy_v10000:
+      g_totals.graphs_destroyed++;
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithFlags_v11040:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_v12000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_ptsz_v12000:
+      g_totals.graph_execs_created++;
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphExecDestroy_v10000:
+      g_totals.graph_execs_destroyed++;
+      break;
     default:
       break;
   }
@@ -372,6 +397,16 @@ constexpr CUpti_CallbackId kCountedCalls[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphCreate_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphDestroy_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithFlags_v11040,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_v12000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_ptsz_v12000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphExecDestroy_v10000,
 };
 
 void subscribe_once() {
@@ -409,7 +444,9 @@ void subscribe_once() {
   X(stream_syncs, stream_syncs) X(event_syncs, event_syncs) X(launches, launches)       \
   X(event_creates, event_creates) X(event_destroys, event_destroys)                     \
   X(event_records, event_records) X(elapsed_reads, elapsed_reads) X(bytes_h2d, h2d)     \
-  X(bytes_d2h, d2h) X(bytes_d2d, d2d) X(bytes_h2h, h2h)
+  X(bytes_d2h, d2h) X(bytes_d2d, d2d) X(bytes_h2h, h2h) X(graphs_created, graphs_created) \
+  X(graphs_destroyed, graphs_destroyed) X(graph_execs_created, graph_execs_created)      \
+  X(graph_execs_destroyed, graph_execs_destroyed)
 
 ApiCounts snapshot() {
   ApiCounts c;

@@ -41,6 +41,10 @@ struct ApiCounts {
   std::uint64_t event_records = 0;  // cudaEventRecord(WithFlags)
   std::uint64_t elapsed_reads = 0;  // cudaEventElapsedTime
   std::uint64_t bytes_h2d = 0, bytes_d2h = 0, bytes_d2d = 0, bytes_h2h = 0;
+  std::uint64_t graphs_created = 0;         // cudaStreamEndCapture (a graph came out), cudaGraphCreate
+  std::uint64_t graphs_destroyed = 0;       // cudaGraphDestroy
+  std::uint64_t graph_execs_created = 0;    // cudaGraphInstantiate (any form)
+  std::uint64_t graph_execs_destroyed = 0;  // cudaGraphExecDestroy
 
   // Device bytes allocated and not freed in the region (negative: more freed than allocated).
   std::int64_t live_device_bytes() const { return std::int64_t(malloc_bytes) - std::int64_t(free_bytes); }
@@ -52,6 +56,10 @@ struct ApiCounts {
     return mallocs == frees && live_device_bytes() == 0 && host_allocs == host_frees &&
            live_host_bytes() == 0 && host_registers == host_unregisters &&
            event_creates == event_destroys;
+  }
+  // Every graph and executable graph made in the region was destroyed in it.
+  bool graphs_balanced() const {
+    return graphs_created == graphs_destroyed && graph_execs_created == graph_execs_destroyed;
   }
   std::string summary() const;      // one line, for messages
   std::string resources() const;    // allocations and frees with their sizes, for messages
