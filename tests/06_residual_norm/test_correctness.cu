@@ -185,12 +185,15 @@ struct Shape {
   int rows, dim;
 };
 // 1, odd dims, dims that are not a multiple of 4, 32 or the block size, the model widths
-// (768, 2560, 4096, 6144: the reference's packed kernel with 1, 2 and 4 packs per thread),
+// (100, 512, 768, 1024: the reference's warp-per-row kernel with 2, 4, 6 and 8 packs per
+// lane, 1024 its largest row, in row counts that leave its last block of 4 rows part empty;
+// 1028, 2560, 4096, 6144: its block-per-row packed kernel with 1, 2 and 4 packs per thread),
 // the largest row that fits in one block's registers in the reference (16384) and rows past
 // it (16385, 20000: another path).
-const std::vector<Shape> kShapes = {{1, 1},    {1, 3},     {7, 17},    {3, 100},  {33, 768},
-                                    {5, 1001}, {9, 2560},  {3, 4096},  {3, 6144}, {2, 8191},
-                                    {2, 16384}, {2, 16385}, {1, 20000}};
+const std::vector<Shape> kShapes = {{1, 1},     {1, 3},     {7, 17},    {3, 100},  {1, 512},
+                                    {33, 768},  {7, 1024},  {2, 1028},  {5, 1001}, {9, 2560},
+                                    {3, 4096},  {3, 6144},  {2, 8191},  {2, 16384},
+                                    {2, 16385}, {1, 20000}};
 
 template <typename T>
 void check_shapes(Impl impl, Norm norm, const std::vector<Shape>& shapes) {
@@ -215,8 +218,9 @@ TEST_CASE("unfused add then norm, fp32, both norms, every shape") {
 
 TEST_CASE("half precision delta and h (fp16, bf16), fp32 residual stream") {
   WB_REQUIRE_GPU();
-  const std::vector<Shape> shapes = {{1, 1},   {7, 17},  {33, 768},  {9, 2560},
-                                     {5, 2561}, {3, 6144}, {2, 16384}, {1, 20000}};
+  const std::vector<Shape> shapes = {{1, 1},    {7, 17},   {3, 100},  {7, 512},
+                                     {33, 768},  {1, 1024}, {2, 1028}, {9, 2560},
+                                     {5, 2561},  {3, 6144}, {2, 16384}, {1, 20000}};
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
     for (const Norm norm : {Norm::LayerNorm, Norm::RMSNorm}) {
       check_shapes<__half>(impl, norm, shapes);
@@ -227,9 +231,16 @@ TEST_CASE("half precision delta and h (fp16, bf16), fp32 residual stream") {
 TEST_CASE("rows with mean 1e4 and spread 1: the variance must be computed stably") {
   WB_REQUIRE_GPU();
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
-    for (const Shape s : std::vector<Shape>{{4, 768}, {3, 4096}, {2, 16384}, {1, 20000}})
+    for (const Shape s : std::vector<Shape>{{4, 768}, {3, 4096}, {2, 16384}, {1, 20000}}) {
       check<float>(impl, problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::LargeMean, "mean1e4"),
                    {}, " (rows with mean 1e4)");
+      // Row 0 moved to mean 0: every row needs a pivot of its own (its first value, not the
+      // matrix's), or the rows with mean 1e4 are summed as numbers near 1e4 again.
+      Problem mixed =
+          problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::LargeMean, "mean1e4-row0-at-0");
+      for (int i = 0; i < s.dim; ++i) mixed.x[i] -= 1e4f;
+      check<float>(impl, mixed, {}, " (row 0 with mean 0, the other rows with mean 1e4)");
+    }
 }
 
 TEST_CASE("a constant row (variance 0) gives h = bias, never NaN") {
