@@ -1,10 +1,19 @@
-// Chapter 07, step 4, reference: the fused GPU sampler. No sort, one kernel, a few bytes
-// per row out.
+// Chapter 07, step 4, reference: the fused GPU sampler. No sort, a few bytes per row out.
+// Two kernels, one launch per call: sampling (below) and greedy (its own section at the end).
 //
-// WHO DOES WHAT. One thread-block CLUSTER per row (kClusterSize blocks, Hopper's clusters):
-// each block owns a contiguous slice of the row, keeps it in shared memory after the first
-// read, and the blocks of a row talk through distributed shared memory (each reads the
-// others' shared memory) with cluster.sync() as the barrier. The row is read from device
+// GREEDY (T == 0, or top_k == 1: rule 1) has nothing to select: the token is the row's
+// argmax and its confidence 1 / Z, Z = sum exp((x - max) / T) (T = 1 when T == 0): the
+// statistics of chapter 04's online softmax and nothing else. So greedy calls get their own
+// kernel, greedy_kernel: ONE read pass over global memory (16-byte loads where the row's
+// alignment allows), no copy of the row in shared memory, no histogram, and a fixed split of
+// each row over a cluster of up to 8 blocks, so that 16 rows keep every SM busy (a block per
+// row would use 16 SMs of 132). It must be no slower than chapter 04's softmax of the same
+// shape, which reads the row and also writes it back (tests/07_gpu_sampler/test_timing.cu).
+//
+// SAMPLING, WHO DOES WHAT. One thread-block CLUSTER per row (kClusterSize blocks, Hopper's
+// clusters): each block owns a contiguous slice of the row, keeps it in shared memory after
+// the first read, and the blocks of a row talk through distributed shared memory (each reads
+// the others' shared memory) with cluster.sync() as the barrier. The row is read from device
 // memory once; every later pass reads shared memory. 16 rows of 151936 are 128 blocks of
 // 512 threads, two per SM (kBlocksPerSM: 64 registers a thread, all of the SM's shared
 // memory as shared memory), so all 16 clusters run at once; a block per row would use 16
@@ -12,9 +21,9 @@
 // for a second wave, which doubled the time in the development runs.)
 //
 // WHAT A ROW GOES THROUGH.
-//   1. Statistics, one pass: the max (and its lowest index: the greedy token), the softmax
-//      denominator Z = sum exp((x - max) / T) kept "online" (chapter 04), whether the row
-//      has a NaN or +inf, how many entries are not -inf. Greedy rows stop here.
+//   1. Statistics, one pass: the max, the softmax denominator Z = sum exp((x - max) / T)
+//      kept "online" (chapter 04), whether the row has a NaN or +inf, how many entries are
+//      not -inf.
 //   2. Every later question is "which token sits at position n of the sorted order?"
 //      (probability descending, ties by lower index) for some n defined by a running sum:
 //        top-k:  the smallest n whose COUNT reaches k,
@@ -53,9 +62,10 @@
 // exp((x - max) / T), at most 1, times 2^s (s such that the whole row's sum fits 62 bits).
 // Integer sums are exact in any order, so shared-memory atomics may add them. The float Z
 // (for the confidence) is reduced in a fixed tree: each block over its threads, then the
-// blocks in rank order.
+// blocks in rank order. The greedy kernel does the same (see there).
 //
-// DEVELOPMENT (runs on an H200, 16 x 151936, top-k 50 + top-p 0.9; greedy in brackets):
+// DEVELOPMENT (runs on an H200, 16 x 151936, top-k 50 + top-p 0.9; greedy in brackets, when
+// greedy still ran through this kernel and stopped after stage 1):
 // every pass over global memory and a leader sort by cub's 64-bit block radix sort: 168 us
 // (50); the slice copied to shared memory with all its loads in flight (memcpy_async), the
 // entries that matter gathered to the leader, masses added as two 32-bit words: 79 us (27);
@@ -124,7 +134,7 @@ __device__ __forceinline__ float key_to_float(unsigned key) {
 
 struct RowScale {
   float max;         // the row's max logit
-  float inv_t;       // 1 / T (T = 1 when greedy), capped so that 0 * inv_t is 0
+  float inv_t;       // 1 / T, capped so that 0 * inv_t is 0
   float log2e_inv_t; // log2(e) / T, for exp2f
   float fixed_one;   // 2^s: the fixed-point value of weight 1
 };
@@ -173,7 +183,6 @@ struct Histogram {
 // each exchange).
 struct Summary {
   float max;          // statistics
-  int argmax;         //   (the lowest column holding max)
   float z;            //   sum exp((x - max) / T) over the block's slice
   unsigned valid;     //   entries that are not -inf
   int bad;            //   a NaN or +inf seen
@@ -232,11 +241,10 @@ __device__ Summary combine_stats(const Summary& a, const Summary& b, float inv_t
   r.valid = a.valid + b.valid;
   if (b.valid == 0) return r;
   if (a.valid == 0) {
-    r.max = b.max, r.argmax = b.argmax, r.z = b.z;
+    r.max = b.max, r.z = b.z;
     return r;
   }
   r.max = fmaxf(a.max, b.max);
-  r.argmax = a.max > b.max ? a.argmax : b.max > a.max ? b.argmax : min(a.argmax, b.argmax);
   r.z = a.z * expf((a.max - r.max) * inv_t) + b.z * expf((b.max - r.max) * inv_t);
   return r;
 }
@@ -586,7 +594,6 @@ __device__ Summary row_statistics(cg::cluster_group& cluster, Shared& sh, const 
                                   float inv_t, int& summary_parity) {
   Summary mine{};
   mine.max = -INFINITY;
-  mine.argmax = INT_MAX;
   for (int i = threadIdx.x; i < slice.size; i += kThreads) {
     const float x = slice.x[i];
     if (isnan(x) || x == INFINITY) {
@@ -596,7 +603,6 @@ __device__ Summary row_statistics(cg::cluster_group& cluster, Shared& sh, const 
       if (x > mine.max) {  // rescale the running sum to the new max (online softmax)
         mine.z = mine.z * expf((mine.max - x) * inv_t) + 1.0f;
         mine.max = x;
-        mine.argmax = slice.begin + i;  // columns grow, so this is the lowest one
       } else {
         mine.z += expf((x - mine.max) * inv_t);
       }
@@ -663,10 +669,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
     cg::wait(block);
   }
 
-  const bool greedy = a.temperature == 0.0f || a.top_k == 1;  // rule 1 (is_greedy)
+  // Greedy calls (T == 0 or top_k == 1) never come here: sample_fused launches
+  // greedy_kernel for them. So T > 0.
   RowScale scale;
-  // T = 1 for greedy's confidence (rule 3); top_k == 1 keeps its T.
-  scale.inv_t = a.temperature == 0.0f ? 1.0f : fminf(1.0f / a.temperature, FLT_MAX);
+  scale.inv_t = fminf(1.0f / a.temperature, FLT_MAX);
   scale.log2e_inv_t = fminf(1.4426950408889634f * scale.inv_t, FLT_MAX);
   int summary_parity = 0, hist_parity = 0;
   const Summary stats = row_statistics(cluster, sh, slice, scale.inv_t, summary_parity);
@@ -675,8 +681,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
 
   if (stats.bad || stats.valid == 0) {  // rule 5: say so, pick nothing
     if (lead) a.tokens[row] = -1, a.confidence[row] = NAN;
-  } else if (greedy) {  // rule 1: the argmax, no random number
-    if (lead) a.tokens[row] = stats.argmax, a.confidence[row] = 1.0f / stats.z;
   } else {
     // Fixed point: 2^s is the largest power of two for which vocab weights of at most 2^s
     // sum within 62 bits.
@@ -768,9 +772,232 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
 }
 
 // ------------------------------------------------------------------------------------------
+// Greedy: its own kernel.
+//
+// WHY ITS OWN KERNEL. Greedy (rule 1) selects nothing: the token is the row's argmax (the
+// lowest column on ties), and its confidence (rule 3) is exp((max - max) / T) / Z = 1 / Z,
+// Z = sum exp((x - max) / T), T = 1 when T == 0 (top_k == 1 keeps its T). Chapter 04's
+// online softmax gets the max and Z in one read, and the argmax comes with the max. So there
+// is nothing to keep the row for: the sampling kernel's copy of the slice in shared memory
+// (and the occupancy it costs), its histograms and most of its cluster barriers would be
+// pure overhead. Greedy is a streaming reduction, and its time should be the time to read
+// the logits once.
+//
+// WHO DOES WHAT. A row is cut into greedy_blocks_per_row(vocab) slices (8 for long rows, fewer
+// for short ones, where 8 blocks would have little to do), one block each, the row's blocks
+// one cluster. 16 rows of 151936 are 128 blocks of 512 threads for 132 SMs (a block per row
+// would keep 16 of them busy); 256 rows are 2048 blocks, up to two resident per SM
+// (__launch_bounds__), streaming through in waves. Each thread has kGreedyUnroll 16-byte
+// loads in flight before it uses any (64 KiB a block): what an SM needs in flight to draw
+// its share of the memory bandwidth. The split never depends on the number of rows (see
+// DETERMINISM), so it cannot be tuned per call.
+//
+// ALIGNMENT. Rows are vocab floats apart, so unless vocab is a multiple of 4 most rows do not
+// start on a 16-byte boundary, where a float4 load must. Each row is cut into a head (the
+// 0 to 3 entries before its first 16-byte boundary: block 0 reads them one by one), a body
+// of whole float4s (split evenly over the row's blocks) and a tail (the 0 to 3 entries
+// after the last whole float4: the row's last block).
+//
+// PER THREAD. Online statistics over the entries the thread reads, in column order (so a
+// strict > keeps the lowest column of equal maxima): for each batch of 4 x kGreedyUnroll
+// entries, the batch's max and its first column; if the max grew, the running sum is
+// rescaled once; then the batch's exp((x - max) / T) are added in column order.
+//
+// DETERMINISM. How a row is cut depends on vocab and on where the row starts modulo 16 bytes,
+// never on the number of rows or on timing, and every sum is taken in a fixed order: each
+// thread's in column order, each warp's by a fixed shuffle tree, a block's 16 warps by
+// warp 0 in warp order, the row's blocks by the leader in rank order. A row's token and
+// confidence bits are the same in a call of 1 row and in a call of 256.
+//
+// BAD ROWS (rule 5). Every entry is tested with !(x < +inf), true for NaN (either sign) and
+// +inf: such a row is bad whatever else it holds. A row of nothing but -inf keeps its max at
+// -inf. Both give token -1 and confidence NaN. -inf entries add exp(-inf) = 0 to Z.
+//
+// THE EXCHANGE. Each block writes its result into the leader's (rank 0's) shared memory
+// (distributed shared memory); after one cluster barrier the leader has them all, and no
+// block reads another's shared memory afterwards, so the others may exit. A block may only
+// touch another block's shared memory once that block is running: every block arrives at a
+// cluster barrier as it starts (relaxed: it has nothing to publish yet) and waits on it just
+// before its remote write, long after every block of the cluster has arrived.
+
+constexpr int kGreedyThreads = 512;
+constexpr int kGreedyWarps = kGreedyThreads / 32;
+constexpr int kGreedyUnroll = 8;           // float4 loads in flight per thread
+constexpr int kGreedyMaxBlocks = 8;        // blocks per row: a cluster of the portable size
+constexpr int kGreedyEntriesPerBlock = 4096;  // about one block per this many entries of a row
+
+// Statistics of a part of a row. max = -inf: nothing but -inf seen (then z = 0).
+struct GreedyStats {
+  float max;
+  float z;       // sum exp((x - max) / T) over the part
+  int argmax;    // the lowest column holding max (INT_MAX while max = -inf)
+  int bad;       // a NaN or +inf seen
+};
+
+__device__ __forceinline__ GreedyStats greedy_nothing() { return {-INFINITY, 0.0f, INT_MAX, 0}; }
+
+// Two parts of a row (disjoint columns). `scale` = log2(e) / T: exp(d / T) = exp2(d * scale).
+__device__ __forceinline__ GreedyStats greedy_combine(const GreedyStats& a, const GreedyStats& b,
+                                                      float scale) {
+  GreedyStats r = a.max > -INFINITY ? a : b;  // either side may have seen no finite entry
+  r.bad = a.bad | b.bad;
+  if (a.max > -INFINITY && b.max > -INFINITY) {
+    r.max = fmaxf(a.max, b.max);
+    r.argmax = a.max > b.max ? a.argmax : b.max > a.max ? b.argmax : min(a.argmax, b.argmax);
+    r.z = a.z * exp2f((a.max - r.max) * scale) + b.z * exp2f((b.max - r.max) * scale);
+  }
+  return r;
+}
+
+// One entry, in column order (the head and the tail).
+__device__ __forceinline__ void greedy_add(GreedyStats& g, float x, int column, float scale) {
+  g.bad |= !(x < INFINITY);
+  if (x > g.max) {
+    g.z *= exp2f((g.max - x) * scale);  // exp2(-inf) = 0 while max was -inf (and z = 0)
+    g.max = x;
+    g.argmax = column;
+  }
+  if (g.max > -INFINITY) g.z += exp2f((x - g.max) * scale);
+}
+
+// Lane 0 gets the warp's statistics (a fixed tree: lane 0 + 16, then + 8, ...).
+__device__ __forceinline__ GreedyStats greedy_warp_reduce(GreedyStats g, float scale) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    GreedyStats other;
+    other.max = __shfl_down_sync(0xffffffffu, g.max, offset);
+    other.z = __shfl_down_sync(0xffffffffu, g.z, offset);
+    other.argmax = __shfl_down_sync(0xffffffffu, g.argmax, offset);
+    other.bad = __shfl_down_sync(0xffffffffu, g.bad, offset);
+    g = greedy_combine(g, other, scale);
+  }
+  return g;
+}
+
+// Grid: rows x (blocks per row) blocks, clusters of (blocks per row).
+__global__ void __launch_bounds__(kGreedyThreads, 2)
+    greedy_kernel(const float* __restrict__ logits, int vocab, float scale, int* tokens,
+                  float* confidence) {
+  __cluster_barrier_arrive_relaxed();  // "this block is running" (see THE EXCHANGE)
+  __shared__ GreedyStats warp_stats[kGreedyWarps];
+  __shared__ GreedyStats block_stats[kGreedyMaxBlocks];  // the leader's: one per block
+  cg::cluster_group cluster = cg::this_cluster();
+  const int blocks = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int row = static_cast<int>(blockIdx.x) / blocks;
+  const float* x = logits + static_cast<std::size_t>(row) * vocab;
+
+  // Head, body of float4s, tail (see ALIGNMENT); this block's share of the body.
+  const int past_boundary = static_cast<int>((reinterpret_cast<std::uintptr_t>(x) / sizeof(float)) % 4);
+  const int head = min(vocab, (4 - past_boundary) % 4);
+  const int body_size = (vocab - head) / 4;  // float4s
+  const int tail_begin = head + 4 * body_size;
+  const float4* body = reinterpret_cast<const float4*>(x + head);
+  const int share = (body_size + blocks - 1) / blocks;
+  const int begin = min(body_size, rank * share);
+  const int end = min(body_size, begin + share);
+
+  GreedyStats g = greedy_nothing();
+  if (rank == 0 && static_cast<int>(threadIdx.x) < head)
+    greedy_add(g, x[threadIdx.x], threadIdx.x, scale);
+  for (int first = begin + threadIdx.x; first < end; first += kGreedyThreads * kGreedyUnroll) {
+    float4 v[kGreedyUnroll];
+#pragma unroll
+    for (int k = 0; k < kGreedyUnroll; ++k) {  // every load out before any is used
+      const int i = first + k * kGreedyThreads;
+      v[k] = i < end ? __ldcs(body + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    }
+    // The batch's max and its first column (columns grow with k, then x, y, z, w).
+    float batch_max = g.max;
+    int batch_argmax = g.argmax, bad = 0;
+#pragma unroll
+    for (int k = 0; k < kGreedyUnroll; ++k) {
+      const int column = head + 4 * (first + k * kGreedyThreads);
+      const float e[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        bad |= !(e[c] < INFINITY);
+        if (e[c] > batch_max) batch_max = e[c], batch_argmax = column + c;
+      }
+    }
+    g.bad |= bad;
+    if (batch_max > g.max) {  // rescale the running sum once per batch (online softmax)
+      g.z *= exp2f((g.max - batch_max) * scale);
+      g.max = batch_max;
+      g.argmax = batch_argmax;
+    }
+    if (g.max > -INFINITY) {  // (padding past `end` is -inf: it adds 0)
+#pragma unroll
+      for (int k = 0; k < kGreedyUnroll; ++k) {
+        g.z += exp2f((v[k].x - g.max) * scale);
+        g.z += exp2f((v[k].y - g.max) * scale);
+        g.z += exp2f((v[k].z - g.max) * scale);
+        g.z += exp2f((v[k].w - g.max) * scale);
+      }
+    }
+  }
+  if (rank == blocks - 1 && static_cast<int>(threadIdx.x) < vocab - tail_begin)
+    greedy_add(g, x[tail_begin + threadIdx.x], tail_begin + threadIdx.x, scale);
+
+  // The block: each warp by shuffles, then warp 0 over the warps in order.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  g = greedy_warp_reduce(g, scale);
+  if (lane == 0) warp_stats[warp] = g;
+  __syncthreads();
+  if (warp == 0) g = greedy_warp_reduce(lane < kGreedyWarps ? warp_stats[lane] : greedy_nothing(), scale);
+
+  // The row: every block's result into the leader's shared memory, then the leader adds
+  // them in rank order.
+  __cluster_barrier_wait();  // every block of the cluster is running
+  if (threadIdx.x == 0) *cluster.map_shared_rank(&block_stats[rank], 0) = g;
+  cluster.sync();  // the writes above are visible to the leader
+  if (rank == 0 && threadIdx.x == 0) {
+    GreedyStats r = block_stats[0];
+    for (int b = 1; b < blocks; ++b) r = greedy_combine(r, block_stats[b], scale);
+    const bool bad = r.bad || !(r.max > -INFINITY);  // rule 5
+    tokens[row] = bad ? -1 : r.argmax;
+    confidence[row] = bad ? NAN : 1.0f / r.z;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // Host side.
 
 int slice_length(int vocab) { return (vocab + kClusterSize - 1) / kClusterSize; }
+
+// Blocks per row of greedy_kernel: about one per kGreedyEntriesPerBlock entries, a power of
+// two (a cluster size every GPU with clusters takes), at most kGreedyMaxBlocks. A function
+// of vocab alone, never of rows: a row's result must not depend on the call it is in.
+int greedy_blocks_per_row(int vocab) {
+  int blocks = 1;
+  while (blocks < kGreedyMaxBlocks && static_cast<long long>(blocks) * kGreedyEntriesPerBlock < vocab)
+    blocks *= 2;
+  return blocks;
+}
+
+void launch_greedy(const float* logits, int rows, int vocab, const SamplingParams& params,
+                   int* tokens, float* confidence, cudaStream_t stream) {
+  // Rule 3: the confidence is under softmax(logits / T), T = 1 when T == 0. exp(d / T) is
+  // computed as exp2(d * log2(e) / T); both factors capped so that 0 * scale stays 0.
+  const float inv_t = params.temperature == 0.0f ? 1.0f : std::min(1.0f / params.temperature, FLT_MAX);
+  const float scale = std::min(1.4426950408889634f * inv_t, FLT_MAX);
+  const int blocks = greedy_blocks_per_row(vocab);
+
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kGreedyThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  WB_CUDA(cudaLaunchKernelEx(&config, greedy_kernel, logits, vocab, scale, tokens, confidence));
+  WB_CHECK_LAUNCH("greedy_kernel");
+}
 
 }  // namespace
 
@@ -788,6 +1015,10 @@ void sample_fused(const float* logits, int rows, int vocab, const SamplingParams
                                 "fused_sampler_workspace_bytes(rows, vocab)");
   (void)workspace;
   if (rows == 0) return;
+  if (is_greedy(params)) {  // rule 1: the argmax and its confidence, one pass (see Greedy)
+    launch_greedy(logits, rows, vocab, params, tokens, confidence, stream);
+    return;
+  }
 
   static std::once_flag configured;
   std::call_once(configured, [] {

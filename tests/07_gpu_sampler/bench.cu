@@ -17,6 +17,11 @@
 //   top_candidates  <build>   step 3: GPU softmax + top candidates, candidates copied back
 //   fused           <build>   step 4: everything on the GPU; tokens and confidences stay there
 //   greedy          <build>   step 4 with T = 0: the argmax and its confidence
+//   ch04_softmax    ch04_reference  chapter 04's reference fused softmax (ch04::softmax_fused)
+//                             of the same logits, at every shape greedy is timed at: what
+//                             greedy must not be slower than (it reads the row and writes it
+//                             back; greedy reads it and writes 8 bytes). "bytes" counts both.
+//                             The greedy entry of that shape carries "ch04_softmax_over_greedy".
 // Sampling cases ("sampling"): topk50_topp0.9 (T = 1, top_k 50, top_p 0.9), topp0.9 (T = 1,
 // top_p 0.9 alone) and greedy (T = 0). Every timed entry records "d2h_bytes_per_row" and
 // "speedup_vs_cpu_1t" / "speedup_vs_sort_then_cpu" where those ran at the same shape and case.
@@ -32,7 +37,7 @@
 // writes fresh logits; timed alone as "replay_logits_only") and samples its logits;
 // "sampling_share" is the part of the step spent sampling, "ms_per_step" the whole step.
 //
-// Timing: GPU-only work (fused, greedy, copy) by device events around the stream's work
+// Timing: GPU-only work (fused, greedy, ch04_softmax, copy) by device events around the stream's work
 // (wb::Bench, Clock::Device, cold L2); steps 1-3, which synchronize or run on the CPU, by
 // the host clock (Clock::Host).
 #include <cuda_runtime.h>
@@ -57,6 +62,7 @@
 
 #include "reference.hpp"
 #include "sampler.cuh"
+#include "softmax.cuh"  // chapter 04's API: its reference, linked through "uses" (chapter.json)
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/device.hpp"
@@ -139,6 +145,26 @@ void check_answer(const std::string& who, const Shape& s, const std::vector<floa
   }
 }
 
+// Chapter 04's softmax (the ch04_softmax entries) on fresh logits: the first rows' outputs
+// against the double-precision softmax (T = 1).
+void check_softmax(const Shape& s, const std::vector<float>& logits, wb::DeviceBuffer<float>& probs,
+                   const std::function<void(cudaStream_t)>& softmax) {
+  probs.poison();
+  softmax(nullptr);
+  WB_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> got = probs.download();
+  const int rows_to_check = std::min(s.rows, 4);
+  for (int r = 0; r < rows_to_check; ++r) {
+    const std::size_t at = static_cast<std::size_t>(r) * s.vocab;
+    const std::vector<double> want = ch07::reference::probabilities(logits.data() + at, s.vocab, 1.0);
+    for (int i = 0; i < s.vocab; ++i)
+      if (!(std::abs(got[at + i] - want[i]) <= 1e-9 + 1e-3 * want[i]))
+        throw std::runtime_error("bench_07: ch04_softmax " + s.name() + " row " + std::to_string(r) +
+                                 " column " + std::to_string(i) + ": " + std::to_string(got[at + i]) +
+                                 ", expected " + std::to_string(want[i]));
+  }
+}
+
 // ------------------------------------------------------------------------------------------
 
 class SamplerBench {
@@ -180,9 +206,12 @@ class SamplerBench {
       const std::string key = s.name() + "/" + c.name;
       if (variant == "cpu_1t") cpu_us_[key] = st.median_us;
       if (variant == "sort_then_cpu") step2_us_[key] = st.median_us;
+      if (variant == "ch04_softmax") softmax_us_[s.name()] = st.median_us;
       if (cpu_us_.count(key)) extra["speedup_vs_cpu_1t"] = cpu_us_[key] / st.median_us;
       if (step2_us_.count(key) && variant != "sort_then_cpu")
         extra["speedup_vs_sort_then_cpu"] = step2_us_[key] / st.median_us;
+      if (variant == "greedy" && softmax_us_.count(s.name()))
+        extra["ch04_softmax_over_greedy"] = softmax_us_[s.name()] / st.median_us;
       writer_.add(variant, impl, s.name(), st, extra);
       lines_.push_back({s.name(), c.name, variant, st.median_us});
       return st.median_us;
@@ -212,7 +241,7 @@ class SamplerBench {
   };
   wb::ResultsWriter& writer_;
   bool quick_;
-  std::map<std::string, double> cpu_us_, step2_us_;
+  std::map<std::string, double> cpu_us_, step2_us_, softmax_us_;
   std::vector<Line> lines_;
 };
 
@@ -541,6 +570,21 @@ int main(int argc, char** argv) {
                                               cudaMemcpyDeviceToDevice, st));
                     },
                     {}, {{"d2h_bytes_per_row", 0}});
+
+      // Chapter 04's reference fused softmax of the same logits, where greedy is timed: the
+      // bar greedy is held to (test_timing.cu: greedy + confidence no slower than it).
+      const bool times_greedy = std::any_of(pt.cases.begin(), pt.cases.end(),
+                                            [](const Case& c) { return ch07::is_greedy(c.params); });
+      if (times_greedy) {
+        wb::DeviceBuffer<float> probs(s.count());
+        const auto softmax = [&](cudaStream_t st) {
+          ch04::softmax_fused(logits.data(), probs.data(), s.rows, s.vocab, st);
+        };
+        bench.measure("ch04_softmax", "ch04_reference", s, {"-", {}},
+                      bench.options(wb::Clock::Device, 2 * bytes), softmax,
+                      [&] { check_softmax(s, fresh("ch04_softmax"), probs, softmax); },
+                      {{"d2h_bytes_per_row", 0}});
+      }
 
       for (const Case& c : pt.cases) {
         const SamplingParams& p = c.params;

@@ -354,7 +354,7 @@ const std::vector<float>& batch_logits(const std::string& label, Shape s, float 
 }
 
 const std::vector<Shape> kShapes = {{1, 1},     {1, 2},      {3, 5},       {2, 31},
-                                    {7, 1000},  {17, 1025},  {64, 32000},  {2, 4097},
+                                    {7, 1000},  {17, 1025},  {64, 32000},  {2, 4097},  {3, 10001},
                                     {1, 151936}, {16, 151936}, {5, 151937}, {256, 151936}};
 
 void greedy_on_every_shape(Step step) {

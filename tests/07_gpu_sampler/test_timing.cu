@@ -8,9 +8,15 @@
 // Steps 1 to 3 synchronize (their CPU half needs the data), so every step is timed with the
 // harness's host clock (Clock::Host: the device is idle at both clock reads), cold L2, the
 // median of a stable sample. Each timing ends by re-checking the sampler on fresh logits.
+//
+// And greedy (T = 0), at 16x151936 and 256x151936: step 4's argmax and its confidence are no
+// slower than chapter 04's reference fused softmax of the same logits (linked through the
+// manifest's "uses"), which reads the row and also writes it back. Both are GPU-only, so
+// both are timed on the device clock (events), cold L2, in the same run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
@@ -21,6 +27,7 @@
 
 #include "reference.hpp"
 #include "sampler.cuh"
+#include "softmax.cuh"  // chapter 04's API: its reference, linked through "uses" (chapter.json)
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/random.hpp"
@@ -194,6 +201,132 @@ TEST_CASE("step 4 (fused) is much faster than step 2 at 16x151936 (pass mark: ru
                               "no sort: find the top-k / top-p cut with a select (histograms of "
                               "the logits' bits) over the row while it sits in L2, and draw "
                               "on the GPU; only tokens and confidences leave."));
+}
+
+// ---------------------------------------------------------------------------------------
+// Greedy against chapter 04's softmax of the same shape.
+//
+// Greedy selects nothing: the argmax and its confidence 1 / Z (Z = sum exp(x - max), the
+// softmax's denominator) need one read of the row, and 8 bytes a row written. Chapter 04's
+// fused softmax computes the same max and Z and then writes every probability back: at
+// least twice the bytes. A greedy path slower than that reads the row more than once, or
+// stages it somewhere first, or leaves most of the GPU idle. The pass mark (a ratio, so it
+// holds on any GPU) is in data/rubric.json.
+
+const SamplingParams kGreedy{0.0f, 0, 1.0f, 2024, 0};
+
+// Normal logits, standard deviation 4 (as the bench's).
+std::vector<float> greedy_logits(int rows, const std::string& label) {
+  return wb::random_normal(static_cast<std::size_t>(rows) * kVocab, 0.0f, 4.0f, label);
+}
+
+// Rules 1 and 3 on every row, against double precision (the harness's rule 7: after timing,
+// on fresh logits).
+void check_greedy(const std::vector<float>& logits, int rows, const std::vector<int>& tokens,
+                  const std::vector<float>& confidence, const std::string& shape) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits.data() + static_cast<std::size_t>(r) * kVocab;
+    int best = 0;
+    for (int i = 1; i < kVocab; ++i)
+      if (row[i] > row[best]) best = i;
+    double z = 0;
+    for (int i = 0; i < kVocab; ++i) z += std::exp(static_cast<double>(row[i]) - row[best]);
+    const double want = 1.0 / z;
+    if (tokens[r] != best || !(std::abs(confidence[r] - want) <= 1e-4 * want))
+      FAIL("ch07 timing, " << shape << ", greedy (re-checked after timing): row " << r
+                           << " gave token " << tokens[r] << ", confidence " << confidence[r]
+                           << "; expected token " << best << ", confidence " << want
+                           << ". The correctness tests say more.");
+  }
+}
+
+// Chapter 04's reference on fresh logits: its first rows against the double softmax (never
+// expected to fail: it is the reference, not the code under test).
+void check_softmax(const std::vector<float>& logits, const std::vector<float>& probs,
+                   const std::string& shape) {
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t at = static_cast<std::size_t>(r) * kVocab;
+    const std::vector<double> want = ch07::reference::probabilities(logits.data() + at, kVocab, 1.0);
+    for (int i = 0; i < kVocab; ++i)
+      if (!(std::abs(probs[at + i] - want[i]) <= 1e-9 + 1e-3 * want[i]))
+        FAIL("ch07 timing, " << shape << ": chapter 04's reference softmax (re-checked after "
+                                "timing) gave " << probs[at + i] << " at row " << r << ", column "
+                             << i << ", expected " << want[i] << ": the reference build is broken.");
+  }
+}
+
+wb::BenchOptions device_timed(const std::string& name, double bytes) {
+  wb::BenchOptions o;  // the harness's defaults: device clock (events), cold L2
+  o.name = name;
+  o.bytes = bytes;
+  return o;
+}
+
+void greedy_no_slower_than_softmax(int rows) {
+  const double mark = wb::pass_mark("07", "ch04_softmax_over_greedy");  // data/rubric.json
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(kVocab);
+  const std::size_t count = static_cast<std::size_t>(rows) * kVocab;
+  const double bytes = static_cast<double>(count) * sizeof(float);
+  wb::DeviceBuffer<float> logits(count), probs(count), confidence(rows);
+  wb::DeviceBuffer<int> tokens(rows);
+  wb::DeviceBuffer<unsigned char> workspace(ch07::fused_sampler_workspace_bytes(rows, kVocab));
+  logits.upload(greedy_logits(rows, "ch07/timing/greedy/" + shape));
+
+  wb::Bench softmax_bench(device_timed("chapter 04 softmax_fused (reference) " + shape, 2 * bytes));
+  const auto softmax = [&](cudaStream_t s) {
+    ch04::softmax_fused(logits.data(), probs.data(), rows, kVocab, s);
+  };
+  const wb::Stats softmax_stats = softmax_bench.run(softmax, [&] {
+    const std::vector<float> fresh = greedy_logits(rows, "ch07/timing/greedy/verify/softmax/" + shape);
+    logits.upload(fresh);
+    probs.poison(softmax_bench.stream());
+    softmax(softmax_bench.stream());
+    WB_CUDA(cudaStreamSynchronize(softmax_bench.stream()));
+    check_softmax(fresh, probs.download(), shape);
+  });
+
+  wb::Bench greedy_bench(device_timed("step 4 greedy (T = 0) " + shape, bytes));
+  const auto greedy = [&](cudaStream_t s) {
+    ch07::sample_fused(logits.data(), rows, kVocab, kGreedy, tokens.data(), confidence.data(),
+                       workspace.data(), workspace.bytes(), s);
+  };
+  const wb::Stats greedy_stats = greedy_bench.run(greedy, [&] {
+    const std::vector<float> fresh = greedy_logits(rows, "ch07/timing/greedy/verify/greedy/" + shape);
+    logits.upload(fresh);
+    tokens.poison(greedy_bench.stream());
+    confidence.poison(greedy_bench.stream());
+    greedy(greedy_bench.stream());
+    WB_CUDA(cudaStreamSynchronize(greedy_bench.stream()));
+    check_greedy(fresh, rows, tokens.download(), confidence.download(), shape);
+  });
+
+  const double ratio = softmax_stats.median_us / greedy_stats.median_us;
+  wb::testing::record_metric("greedy_us", greedy_stats.median_us);
+  wb::testing::record_metric("ch04_softmax_us", softmax_stats.median_us);
+  wb::testing::record_metric("ch04_softmax_over_greedy", ratio);
+  std::ostringstream message;
+  message << "ch07 timing, " << shape << ", greedy (T = 0): step 4's argmax and confidence took "
+          << greedy_stats.median_us << " us, chapter 04's fused softmax of the same logits "
+          << softmax_stats.median_us << " us (it reads every row and writes it back; greedy "
+          << "only reads it): softmax time / greedy time = " << ratio << ", the pass mark is "
+          << mark << " (greedy no slower).\nhint: greedy has nothing to select. Read each row "
+          << "ONCE from device memory, keeping the max, its lowest index and the sum of "
+          << "exp(x - max) together (chapter 04's online softmax), and write 8 bytes: no copy "
+          << "of the row into shared memory first, no second pass, no histogram. And give "
+          << "each row enough blocks to keep every SM loading: 16 rows on a block each leave "
+          << "most of the SMs idle (split the row over a cluster of blocks, or over blocks "
+          << "whose partial results are combined in a fixed order).";
+  CHECK_MESSAGE(ratio >= mark, message.str());
+}
+
+TEST_CASE("greedy + confidence is no slower than chapter 04's softmax at 16x151936") {
+  WB_REQUIRE_GPU();
+  greedy_no_slower_than_softmax(16);
+}
+
+TEST_CASE("greedy + confidence is no slower than chapter 04's softmax at 256x151936") {
+  WB_REQUIRE_GPU();
+  greedy_no_slower_than_softmax(256);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 // Per row, each pass re-reading the row (from L2 after the first):
 //   1. the max of z = logits / T, and whether the row is bad (rule 5);
 //   2. the sum of exp(z - max): the softmax's statistics;
-//   3. greedy: the argmax (largest logit, lowest index). Done.
+//   3. greedy: the argmax (largest logit, lowest index). Done. (Greedy does all of 1 to 3
+//      in ONE pass instead, before step 1: the max, its lowest index and the sum of
+//      exp(z - max) kept together as the row is read, chapter 04's online softmax.)
 //   4. top_k: a radix select finds the k-th largest logit v_k (4 passes of 8 bits over an
 //      order-preserving integer key) and one scan finds which of the tokens equal to v_k
 //      are kept (the lowest indices): the kept set is "key > v_k, or key == v_k and index
@@ -53,15 +55,23 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// (key, index) with "better" = larger key, then lower index: the argmax's reduction.
-struct Best {
-  unsigned key;
+// Greedy's one pass: (max of z, its lowest index, sum exp(z - max), bad) over a part of a row.
+struct Online {
+  float max;
+  float sum;
   int index;
+  int bad;
 };
-struct BestOp {
-  __device__ Best operator()(Best a, Best b) const {
-    if (a.key != b.key) return a.key > b.key ? a : b;
-    return a.index < b.index ? a : b;
+struct OnlineOp {
+  __device__ Online operator()(const Online& a, const Online& b) const {
+    Online r = a.max > -INFINITY ? a : b;
+    r.bad = a.bad | b.bad;
+    if (a.max > -INFINITY && b.max > -INFINITY) {
+      r.max = fmaxf(a.max, b.max);
+      r.index = a.max > b.max ? a.index : b.max > a.max ? b.index : min(a.index, b.index);
+      r.sum = a.sum * expf(a.max - r.max) + b.sum * expf(b.max - r.max);
+    }
+    return r;
   }
 };
 
@@ -69,7 +79,7 @@ struct Shared {
   union {
     cub::BlockReduce<float, kThreads>::TempStorage reduce_float;
     cub::BlockReduce<int, kThreads>::TempStorage reduce_int;
-    cub::BlockReduce<Best, kThreads>::TempStorage reduce_best;
+    cub::BlockReduce<Online, kThreads>::TempStorage reduce_online;
     cub::BlockReduce<Mass, kThreads>::TempStorage reduce_mass;
     cub::BlockScan<Mass, kThreads>::TempStorage scan;
   } temp;
@@ -154,6 +164,36 @@ __global__ void __launch_bounds__(kThreads)
   const float* row = logits + static_cast<std::size_t>(r) * vocab;
   const float inv_t = 1.0f / (params.temperature == 0.0f ? 1.0f : params.temperature);
 
+  // Greedy: one pass. Each thread keeps its own (max, index, sum) as it reads (in index
+  // order, so a strict > keeps the lowest index), 8 loads in flight before it uses any.
+  if (is_greedy(params)) {
+    Online mine{-INFINITY, 0.0f, INT_MAX, 0};
+    for (int base = threadIdx.x; base < vocab; base += 8 * kThreads) {
+      float x[8];
+      for (int k = 0; k < 8; ++k) {
+        const int i = base + k * kThreads;
+        x[k] = i < vocab ? row[i] : -INFINITY;  // -inf: adds nothing
+      }
+      for (int k = 0; k < 8; ++k) {
+        mine.bad |= !(x[k] < INFINITY);  // NaN or +inf
+        const float z = x[k] * inv_t;
+        if (z > mine.max) {
+          mine.sum *= expf(mine.max - z);
+          mine.max = z;
+          mine.index = base + k * kThreads;
+        }
+        if (mine.max > -INFINITY) mine.sum += expf(z - mine.max);
+      }
+    }
+    const Online all = cub::BlockReduce<Online, kThreads>(s.temp.reduce_online).Reduce(mine, OnlineOp{});
+    if (threadIdx.x == 0) {
+      const bool bad = all.bad || !(all.max > -INFINITY);  // rule 5
+      tokens[r] = bad ? -1 : all.index;
+      confidence[r] = bad ? NAN : 1.0f / all.sum;
+    }
+    return;
+  }
+
   // 1. max and bad row
   float local_max = -INFINITY;
   int bad = 0;
@@ -191,18 +231,6 @@ __global__ void __launch_bounds__(kThreads)
       confidence[r] = p(token);
     }
   };
-
-  // 3. greedy
-  if (is_greedy(params)) {
-    Best local{0, INT_MAX};
-    for (int i = threadIdx.x; i < vocab; i += kThreads) local = BestOp{}(local, Best{order_key(row[i]), i});
-    __syncthreads();
-    const Best best = cub::BlockReduce<Best, kThreads>(s.temp.reduce_best).Reduce(local, BestOp{});
-    if (threadIdx.x == 0) s.broadcast_int = best.index;
-    __syncthreads();
-    finish(s.broadcast_int);
-    return;
-  }
 
   // 4. top_k: the k-th largest key, and how many of the tokens with that key are kept.
   Cut top_k;  // keeps everything
