@@ -667,13 +667,18 @@ void membership(Step step) {
 // The draw's end: with u = 1 exactly, the target is the whole kept mass, and a running sum
 // that falls short of it (fp32 rounding) must stop at the last kept token, not step past.
 
+// A grid-stride loop over a fixed grid: under compute-sanitizer every block costs, and 2^30
+// draws in 2^22 blocks of 256 took minutes there.
 __global__ void find_uniform_one(std::uint64_t seed, std::uint64_t steps, int rows,
                                  unsigned long long* found) {
-  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
-  if (i >= steps * rows) return;
-  const std::uint64_t step = i / rows;
-  const int row = static_cast<int>(i % rows);
-  if (ch07::draw_uniform(seed, step, row) == 1.0f) atomicMin(found, static_cast<unsigned long long>(i));
+  const std::uint64_t total = steps * rows;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += stride) {
+    const std::uint64_t step = i / rows;
+    const int row = static_cast<int>(i % rows);
+    if (ch07::draw_uniform(seed, step, row) == 1.0f) atomicMin(found, static_cast<unsigned long long>(i));
+  }
 }
 
 // A (step, row) whose rule-4 number is exactly 1.0f (about one in 3.4e7), found on the GPU.
@@ -682,8 +687,7 @@ bool find_step_with_u_one(std::uint64_t seed, int rows, std::uint64_t* step, int
   const unsigned long long none = ~0ull;
   WB_CUDA(cudaMemcpy(found.data(), &none, sizeof(none), cudaMemcpyHostToDevice));
   const std::uint64_t steps = 1ull << 24;  // 2^24 steps x 64 rows: ~30 expected hits
-  const std::uint64_t total = steps * rows;
-  find_uniform_one<<<static_cast<unsigned>((total + 255) / 256), 256>>>(seed, steps, rows, found.data());
+  find_uniform_one<<<1024, 256>>>(seed, steps, rows, found.data());
   WB_CHECK_LAUNCH("find_uniform_one");
   unsigned long long hit = none;
   WB_CUDA(cudaMemcpy(&hit, found.data(), sizeof(hit), cudaMemcpyDeviceToHost));

@@ -319,11 +319,12 @@ void greedy_no_slower_than_softmax(int rows) {
   CHECK_MESSAGE(ratio >= mark, message.str());
 }
 
-TEST_CASE("greedy + confidence is no slower than chapter 04's softmax at 16x151936") {
-  WB_REQUIRE_GPU();
-  greedy_no_slower_than_softmax(16);
-}
-
+// Graded at 256 rows only: at 16 rows a block per row (the plainest sort-free design, which
+// must pass: tests/07_gpu_sampler/variants/block_per_row.cu) keeps 16 of the GPU's SMs busy,
+// as chapter 04's reference softmax does, and how much per-element work its pass does then
+// decides the race; 256 rows fill the GPU whatever the split, and a greedy pass that reads
+// each row once must beat a softmax that reads it and writes it back. `./workbook bench 07`
+// reports both shapes (variant ch04_softmax).
 TEST_CASE("greedy + confidence is no slower than chapter 04's softmax at 256x151936") {
   WB_REQUIRE_GPU();
   greedy_no_slower_than_softmax(256);

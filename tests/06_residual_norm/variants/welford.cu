@@ -177,9 +177,12 @@ __global__ void add_norm_long_row_kernel(const float* x, const T* delta, float* 
   }
 }
 
-// Enough warps that kMaxPerThread values each cover the row.
+// Enough warps that about 4 values each cover the row (up to kMaxThreads; longer rows get up
+// to kMaxPerThread each): more threads keep more loads in flight, and each thread's Welford
+// chain (a division per value, each step waiting for the last) stays short.
 int threads_for(int dim) {
-  const int needed = (dim + kMaxPerThread - 1) / kMaxPerThread;
+  constexpr int kValuesPerThread = 4;
+  const int needed = (dim + kValuesPerThread - 1) / kValuesPerThread;
   const int warps = (needed + 31) / 32;
   return warps * 32 > kMaxThreads ? kMaxThreads : warps * 32;
 }
