@@ -80,13 +80,14 @@ __device__ RowStats row_stats(const float (&d)[N], int dim, Norm norm, float eps
                               float* /*warp_partials*/) {
   __shared__ Moments shared[kMaxThreads / 32];
   Moments m{0.0f, 0.0f, 0.0f};
+#pragma unroll
   for (int k = 0; k < N; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i >= dim) continue;
     const float value = norm == Norm::LayerNorm ? d[k] : d[k] * d[k];
     m.count += 1.0f;
     const float delta = value - m.mean;
-    m.mean += delta / m.count;
+    m.mean += __fdividef(delta, m.count);  // counts are small integers: the fast division is exact enough
     m.m2 += delta * (value - m.mean);
   }
   const Moments total = block_moments(m, shared);
@@ -113,10 +114,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   // stored once and kept in registers relative to the pivot.
   const float pivot = params.norm == Norm::LayerNorm ? x[0] + to_float(delta[0]) : 0.0f;
   float d[kMaxPerThread];
+#pragma unroll
   for (int k = 0; k < kMaxPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < dim) d[k] = x[i] + to_float(delta[i]);
   }
+#pragma unroll
   for (int k = 0; k < kMaxPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < dim) {
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const RowStats stats = row_stats(d, dim, params.norm, params.eps, warp_partials);
 
   // Pass 2: h from the registers.
+#pragma unroll
   for (int k = 0; k < kMaxPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < dim) {
@@ -177,12 +181,9 @@ __global__ void add_norm_long_row_kernel(const float* x, const T* delta, float* 
   }
 }
 
-// Enough warps that about 4 values each cover the row (up to kMaxThreads; longer rows get up
-// to kMaxPerThread each): more threads keep more loads in flight, and each thread's Welford
-// chain (a division per value, each step waiting for the last) stays short.
+// Enough warps that kMaxPerThread values each cover the row.
 int threads_for(int dim) {
-  constexpr int kValuesPerThread = 4;
-  const int needed = (dim + kValuesPerThread - 1) / kValuesPerThread;
+  const int needed = (dim + kMaxPerThread - 1) / kMaxPerThread;
   const int warps = (needed + 31) / 32;
   return warps * 32 > kMaxThreads ? kMaxThreads : warps * 32;
 }
