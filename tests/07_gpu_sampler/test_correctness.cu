@@ -330,9 +330,17 @@ struct Shape {
   int rows, vocab;
 };
 
-// Under compute-sanitizer (wb::coverage::quick()), how many logits one case may push
-// through a sampler in all (see draws_for and greedy_on_every_shape).
-constexpr long long kQuickLogits = 1 << 22;
+// Under compute-sanitizer (wb::coverage::quick()), about how many logits one call or one
+// distribution may push through a sampler (see draws_for and quick_skips). racecheck follows
+// every shared-memory access: on the H200 the fused sampler's cases with a few million
+// logits each ran past 14 minutes there.
+constexpr long long kQuickLogits = 1 << 20;
+
+// Under compute-sanitizer, the batches past 2 x kQuickLogits are left out (16 and 256 rows of
+// 151936): no path depends on the row count (1 x 151936 and 5 x 151937 run the same code).
+bool quick_skips(const Shape& s) {
+  return wb::coverage::quick() && static_cast<long long>(s.rows) * s.vocab > 2 * kQuickLogits;
+}
 
 // The logits of a batch, drawn once per process and label (256 x 151936 normal floats take
 // most of a second to draw; every step reuses them).
@@ -359,9 +367,7 @@ const std::vector<Shape> kShapes = {{1, 1},     {1, 2},      {3, 5},       {2, 3
 
 void greedy_on_every_shape(Step step) {
   for (const Shape s : kShapes) {
-    // Under compute-sanitizer the 256-row batch is left out: no path depends on the row
-    // count (16 x 151936 runs the same code), and it is 39 million logits per call.
-    if (wb::coverage::quick() && static_cast<long long>(s.rows) * s.vocab > 8 * kQuickLogits) continue;
+    if (quick_skips(s)) continue;
     // 0, 1 or 2 extra copies of each row's max: ties the argmax breaks by the lowest index.
     const std::vector<float>& logits =
         batch_logits("ch07/greedy/" + shape_of(s.rows, s.vocab), s, 3.0f, 3, 0, 0.0f);
@@ -384,13 +390,15 @@ void greedy_on_every_shape(Step step) {
 // Sampling on every shape: a few calls each, every token in its row's kept set.
 void sampling_on_every_shape(Step step) {
   for (const Shape s : kShapes) {
+    if (quick_skips(s)) continue;
     // A head of 20 likely tokens: step 3's nucleus fits in its candidates.
     const std::vector<float>& logits =
         batch_logits("ch07/sampling/" + shape_of(s.rows, s.vocab), s, 2.0f, 0, 20, 6.0f);
     Runner runner(step, logits, s.rows, s.vocab);
     const SamplingParams params{0.8f, 50, 0.9f, 7, 0};
     const std::vector<Expected> expected = expected_rows(logits, s.rows, s.vocab, params);
-    for (std::uint64_t call = 0; call < 3; ++call) {
+    const std::uint64_t calls = wb::coverage::quick() ? 1 : 3;
+    for (std::uint64_t call = 0; call < calls; ++call) {
       SamplingParams p = params;
       p.step = call;
       const std::string failure = check_draws(logits, s.vocab, p, expected, runner.run(p));
@@ -500,7 +508,7 @@ struct DistributionCase {
 // 151936-wide rows. Their chi-square is weaker there but
 // still exact (the same significance); the suite must run in seconds, many times over (once
 // per known-wrong version). Under compute-sanitizer (wb::coverage::quick()) a case gets at
-// most 2560 draws and at most kQuickLogits logits in all (32 draws of a 151936-wide row):
+// most 2560 draws and about kQuickLogits logits in all (8 draws of a 151936-wide row):
 // the tools slow each logit's shared-memory traffic down a hundredfold or more (racecheck
 // ran past 15 minutes with 2560 draws of the wide rows), and what they check (every access
 // of every path) needs the calls, not the statistics; the chi-square stays exact, only
@@ -509,7 +517,7 @@ long long draws_for_full_run(Step step, int vocab);
 long long draws_for(Step step, int vocab) {
   const long long full = draws_for_full_run(step, vocab);
   if (!wb::coverage::quick()) return full;
-  return std::min(full, std::clamp(kQuickLogits / vocab, 32LL, 2560LL));
+  return std::min(full, std::clamp(kQuickLogits / vocab, 8LL, 2560LL));
 }
 long long draws_for_full_run(Step step, int vocab) {
   if (vocab < 20000) {
@@ -645,7 +653,7 @@ void membership(Step step) {
   }
   for (const DistributionCase& c : cases) {
     const int vocab = static_cast<int>(c.row.size());
-    const int rows = vocab > 20000 ? 32 : 256;
+    const int rows = vocab > 20000 ? (wb::coverage::quick() ? 8 : 32) : 256;
     int calls = vocab > 20000 ? (step == Step::SortThenCpu ? 4 : 16) : 40;
     if (wb::coverage::quick()) calls = vocab > 20000 ? 1 : 4;  // see draws_for
     Runner runner(step, repeat_rows(c.row, rows), rows, vocab);
