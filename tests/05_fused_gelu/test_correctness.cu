@@ -13,21 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "../lib/kernel_coverage_test.hpp"
 #include "gelu.cuh"
 #include "reference.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
-#include "wb/kernel_coverage.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
-
-// Every kernel this process runs is recorded from here on (the last test lists the reference's
-// kernels that no test reached).
-const std::string kCoverageRecording = wb::coverage::start_recording();
 
 using ch05::reference::check_gelu;
 using ch05::reference::gelu_tanh;
@@ -402,23 +398,7 @@ TEST_CASE("GELU past 2^30 and 2^31 elements (a capped grid, an int index)") {
 // Last: every kernel of the reference (solution and fast builds) must have run above.
 TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
   WB_REQUIRE_GPU();
-  const std::string build = wb::coverage::this_build();
-  if (build != "solution" && build != "fast") {
-    wb::testing::mark_skipped("skipped: kernel coverage is checked on the reference builds (this is " + build + ")");
-    return;
-  }
-  if (!kCoverageRecording.empty() || wb::coverage::quick()) {
-    wb::testing::mark_skipped("skipped: kernel coverage not recorded: " +
-                              (kCoverageRecording.empty() ? "quick run (WB_QUICK)" : kCoverageRecording));
-    return;
-  }
-  const std::string missing = wb::coverage::unlaunched_kernels("_ZN4ch05", "05");
-  if (!missing.empty()) FAIL_CHECK(missing);
-  std::string why_not;
-  MESSAGE("ch05 kernel coverage (" << build << " build): "
-          << wb::coverage::kernels_compiled("_ZN4ch05", &why_not).size()
-          << " kernels compiled, " << wb::coverage::kernels_run().size()
-          << " distinct kernels run in this process");
+  kernel_coverage_test::check_reference("_ZN4ch05", "05");
 }
 
 }  // namespace

@@ -15,21 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "../lib/kernel_coverage_test.hpp"
 #include "add_norm.cuh"
 #include "reference.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
-#include "wb/kernel_coverage.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
-
-// Before any GPU work: record every kernel this process runs (the last test checks that each
-// kernel of the reference, i.e. each path and element type, was reached).
-const std::string kCoverageRecording = wb::coverage::start_recording();
 
 using ch06::Norm;
 using ch06::NormParams;
@@ -524,23 +520,7 @@ TEST_CASE("32 layers of adds: the residual stream stays fp32 (an fp16 one drifts
 // fp16 and bf16) must have run above.
 TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
   WB_REQUIRE_GPU();
-  const std::string build = wb::coverage::this_build();
-  if (build != "solution" && build != "fast") {
-    wb::testing::mark_skipped("skipped: kernel coverage is checked on the reference builds (this is " + build + ")");
-    return;
-  }
-  if (!kCoverageRecording.empty() || wb::coverage::quick()) {
-    wb::testing::mark_skipped("skipped: kernel coverage not recorded: " +
-                              (kCoverageRecording.empty() ? "quick run (WB_QUICK)" : kCoverageRecording));
-    return;
-  }
-  const std::string missing = wb::coverage::unlaunched_kernels("_ZN4ch06", "06");
-  if (!missing.empty()) FAIL_CHECK(missing);
-  std::string why_not;
-  MESSAGE("ch06 kernel coverage (" << build << " build): "
-          << wb::coverage::kernels_compiled("_ZN4ch06", &why_not).size()
-          << " kernels compiled, " << wb::coverage::kernels_run().size()
-          << " distinct kernels run in this process");
+  kernel_coverage_test::check_reference("_ZN4ch06", "06");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "../lib/kernel_coverage_test.hpp"
 #include "reference.hpp"
 #include "runner.cuh"
 #include "sampler.cuh"
@@ -1153,6 +1154,13 @@ void fused_rule7_and_graphs() {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   check_integrity(runner, Step::Fused, "rule 7 and graphs");
+}
+
+// Last: every kernel of the three reference steps (the fused sampler's sampling and greedy
+// kernels, and the scaling and gathering kernels of steps 2 and 3) must have run above.
+TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
+  WB_REQUIRE_GPU();
+  kernel_coverage_test::check_reference("_ZN4ch07", "07");
 }
 
 }  // namespace

@@ -21,21 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "../lib/kernel_coverage_test.hpp"
 #include "kernel_reference.hpp"
 #include "token_loop.cuh"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
-#include "wb/kernel_coverage.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
 namespace {
-
-// Before any GPU work: record every kernel this process runs (the last test checks that each
-// kernel of the reference ran).
-const std::string kCoverageRecording = wb::coverage::start_recording();
 
 namespace ref = ch08::reference;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -789,20 +785,9 @@ TEST_CASE("captured once in a CUDA graph, replayed at positions 0..9: *pos is re
 // Last: every kernel of the reference (namespace ch08::kernels) must have run above.
 TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
   WB_REQUIRE_GPU();
-  const std::string build = wb::coverage::this_build();
-  if (build != "solution" && build != "fast") {
-    wb::testing::mark_skipped("skipped: kernel coverage is checked on the reference builds (this is " + build + ")");
-    return;
-  }
-  if (!kCoverageRecording.empty() || wb::coverage::quick()) {
-    wb::testing::mark_skipped("skipped: kernel coverage not recorded: " +
-                              (kCoverageRecording.empty() ? "quick run (WB_QUICK)" : kCoverageRecording));
-    return;
-  }
   // The prefix of namespace ch08::kernels, where the three reference files keep their kernels
   // (the decoder's own kernels, in other namespaces, are the model test's business).
-  const std::string missing = wb::coverage::unlaunched_kernels("_ZN4ch087kernels", "08");
-  if (!missing.empty()) FAIL_CHECK(missing);
+  kernel_coverage_test::check_reference("_ZN4ch087kernels", "08");
 }
 
 }  // namespace
