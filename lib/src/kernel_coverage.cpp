@@ -196,6 +196,11 @@ bool quick() {
   return (q && *q && std::string(q) != "0") || under_sanitizer();
 }
 
+bool racecheck() {
+  const char* tool = std::getenv("WB_SANITIZE_TOOL");
+  return tool && std::string(tool) == "racecheck";
+}
+
 std::string unlaunched_kernels(const std::string& prefix, const std::string& chapter) {
   std::string why_not;
   const std::vector<std::string> compiled = kernels_compiled(prefix, &why_not);

@@ -332,15 +332,16 @@ struct Shape {
 };
 
 // Under compute-sanitizer (wb::coverage::quick()), about how many logits one call or one
-// distribution may push through a sampler (see draws_for and quick_skips). racecheck follows
-// every shared-memory access: on the H200 the fused sampler's cases with a few million
-// logits each ran past 14 minutes there.
-constexpr long long kQuickLogits = 1 << 20;
+// distribution may push through a sampler (see draws_for and quick_skips): 2^20, and 2^17
+// under racecheck, which follows every shared-memory access (on the H200, with 14 runs side
+// by side, the fused sampler's cases at 2^20 logits still ran 6 to 15 minutes there).
+long long quick_logits() { return wb::coverage::racecheck() ? 1 << 17 : 1 << 20; }
 
-// Under compute-sanitizer, the batches past 2 x kQuickLogits are left out (16 and 256 rows of
-// 151936): no path depends on the row count (1 x 151936 and 5 x 151937 run the same code).
+// Under compute-sanitizer, the batches past 2 x quick_logits() are left out (16 and 256 rows
+// of 151936; under racecheck 5 x 151937 too): no path depends on the row count (1 x 151936
+// and 5 x 151937 run the same code).
 bool quick_skips(const Shape& s) {
-  return wb::coverage::quick() && static_cast<long long>(s.rows) * s.vocab > 2 * kQuickLogits;
+  return wb::coverage::quick() && static_cast<long long>(s.rows) * s.vocab > 2 * quick_logits();
 }
 
 // The logits of a batch, drawn once per process and label (256 x 151936 normal floats take
@@ -509,7 +510,8 @@ struct DistributionCase {
 // 151936-wide rows. Their chi-square is weaker there but
 // still exact (the same significance); the suite must run in seconds, many times over (once
 // per known-wrong version). Under compute-sanitizer (wb::coverage::quick()) a case gets at
-// most 2560 draws and about kQuickLogits logits in all (8 draws of a 151936-wide row):
+// most 2560 draws and about quick_logits() in all (8 draws of a 151936-wide row, 1 under
+// racecheck):
 // the tools slow each logit's shared-memory traffic down a hundredfold or more (racecheck
 // ran past 15 minutes with 2560 draws of the wide rows), and what they check (every access
 // of every path) needs the calls, not the statistics; the chi-square stays exact, only
@@ -518,7 +520,8 @@ long long draws_for_full_run(Step step, int vocab);
 long long draws_for(Step step, int vocab) {
   const long long full = draws_for_full_run(step, vocab);
   if (!wb::coverage::quick()) return full;
-  return std::min(full, std::clamp(kQuickLogits / vocab, 8LL, 2560LL));
+  const long long at_least = wb::coverage::racecheck() ? 1 : 8;
+  return std::min(full, std::clamp(quick_logits() / vocab, at_least, 2560LL));
 }
 long long draws_for_full_run(Step step, int vocab) {
   if (vocab < 20000) {
@@ -654,7 +657,8 @@ void membership(Step step) {
   }
   for (const DistributionCase& c : cases) {
     const int vocab = static_cast<int>(c.row.size());
-    const int rows = vocab > 20000 ? (wb::coverage::quick() ? 8 : 32) : 256;
+    const int wide_rows = wb::coverage::racecheck() ? 1 : wb::coverage::quick() ? 8 : 32;
+    const int rows = vocab > 20000 ? wide_rows : 256;
     int calls = vocab > 20000 ? (step == Step::SortThenCpu ? 4 : 16) : 40;
     if (wb::coverage::quick()) calls = vocab > 20000 ? 1 : 4;  // see draws_for
     Runner runner(step, repeat_rows(c.row, rows), rows, vocab);
@@ -1156,21 +1160,25 @@ void fused_rule7_and_graphs() {
   check_integrity(runner, Step::Fused, "rule 7 and graphs");
 }
 
-// Last: every kernel of the three reference steps (the fused sampler's sampling and greedy
-// kernels, and the scaling and gathering kernels of steps 2 and 3) must have run above.
-TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
-  WB_REQUIRE_GPU();
-  kernel_coverage_test::check_reference("_ZN4ch07", "07");
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
 // The test cases: each check, once per step it applies to.
 
+namespace {
+// racecheck looks for hazards in shared memory, and step 1 (the CPU sampler) launches no
+// kernel: under racecheck its cases would check nothing and take minutes.
+bool skip_cpu_step_under_racecheck() {
+  if (!wb::coverage::racecheck()) return false;
+  wb::testing::mark_skipped("skipped under racecheck: step 1 runs on the CPU (no shared memory to check)");
+  return true;
+}
+}  // namespace
+
 #define WB_CH07_FOR_EVERY_STEP(title, function)                                  \
   TEST_CASE("step 1 (CPU sampler): " title) {                                    \
     WB_REQUIRE_GPU();                                                            \
+    if (skip_cpu_step_under_racecheck()) return;                                 \
     function(Step::Cpu);                                                         \
   }                                                                              \
   TEST_CASE("step 2 (sort, then the CPU): " title) {                             \
@@ -1227,4 +1235,13 @@ TEST_CASE("step 1 (CPU sampler): the result does not depend on the number of thr
   Runner one(Step::Cpu, logits, rows, vocab, 1), many(Step::Cpu, logits, rows, vocab, 7);
   const Draws a = one.run(params), b = many.run(params);
   CHECK_MESSAGE(a.tokens == b.tokens, "ch07 sample_cpu: 1 thread and 7 threads drew different tokens");
+}
+
+// Last: every kernel of the three reference steps (the fused sampler's sampling and greedy
+// kernels, and the scaling and gathering kernels of steps 2 and 3) must have run above.
+// doctest runs the test cases in the order of their lines, so this one stays at the end of
+// the file.
+TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
+  WB_REQUIRE_GPU();
+  kernel_coverage_test::check_reference("_ZN4ch07", "07");
 }

@@ -50,6 +50,12 @@ std::string this_build();
 // shapes, which take minutes instrumented.
 bool quick();
 
+// True when the process runs under compute-sanitizer's racecheck, as .ci/sanitize-suites and
+// the grader's --sanitize run it (they set WB_SANITIZE_TOOL=racecheck): the slowest tool, it
+// follows every shared-memory access, so a suite may shrink its data further there (every
+// path still runs; racecheck needs the accesses, not the statistics).
+bool racecheck();
+
 // The check itself: "" when every kernel compiled with `prefix` ran, else a message that
 // lists the ones that never did (demangled) and the ones that did.
 std::string unlaunched_kernels(const std::string& prefix, const std::string& chapter);
