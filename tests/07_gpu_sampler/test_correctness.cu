@@ -337,6 +337,16 @@ struct Shape {
 // by side, the fused sampler's cases at 2^20 logits still ran 6 to 15 minutes there).
 long long quick_logits() { return wb::coverage::racecheck() ? 1 << 17 : 1 << 20; }
 
+// What racecheck costs grows with the blocks launched, not only with the logits: on the H200
+// the fused sampler's cases of many small rows (256 rows x 64, 80 calls) ran past 15 minutes
+// there too. So under racecheck the batches of many rows keep at most this many, and the
+// repeated calls are few; the checks stay (racecheck needs the accesses, not the statistics:
+// the known-wrong versions are caught by the full run, not by the tools).
+constexpr int kRacecheckRows = 32;
+int rows_under_racecheck(int rows) {
+  return wb::coverage::racecheck() ? std::min(rows, kRacecheckRows) : rows;
+}
+
 // Under compute-sanitizer, the batches past 2 x quick_logits() are left out (16 and 256 rows
 // of 151936; under racecheck 5 x 151937 too): no path depends on the row count (1 x 151936
 // and 5 x 151937 run the same code).
@@ -521,7 +531,8 @@ long long draws_for(Step step, int vocab) {
   const long long full = draws_for_full_run(step, vocab);
   if (!wb::coverage::quick()) return full;
   const long long at_least = wb::coverage::racecheck() ? 1 : 8;
-  return std::min(full, std::clamp(quick_logits() / vocab, at_least, 2560LL));
+  const long long at_most = wb::coverage::racecheck() ? kRacecheckRows : 2560;
+  return std::min(full, std::clamp(quick_logits() / vocab, at_least, at_most));
 }
 long long draws_for_full_run(Step step, int vocab) {
   if (vocab < 20000) {
@@ -658,9 +669,9 @@ void membership(Step step) {
   for (const DistributionCase& c : cases) {
     const int vocab = static_cast<int>(c.row.size());
     const int wide_rows = wb::coverage::racecheck() ? 1 : wb::coverage::quick() ? 8 : 32;
-    const int rows = vocab > 20000 ? wide_rows : 256;
+    const int rows = vocab > 20000 ? wide_rows : rows_under_racecheck(256);
     int calls = vocab > 20000 ? (step == Step::SortThenCpu ? 4 : 16) : 40;
-    if (wb::coverage::quick()) calls = vocab > 20000 ? 1 : 4;  // see draws_for
+    if (wb::coverage::quick()) calls = vocab > 20000 || wb::coverage::racecheck() ? 1 : 4;  // see draws_for
     Runner runner(step, repeat_rows(c.row, rows), rows, vocab);
     const Expected e = expected_for(c.row.data(), vocab, c.params);
     for (int call = 0; call < calls; ++call) {
@@ -758,7 +769,8 @@ void draw_never_steps_past_the_kept_set(Step step) {
 // Rule 4: determinism and independence.
 
 void determinism(Step step) {
-  for (const Shape s : {Shape{300, 1000}, Shape{16, 151936}}) {
+  const bool racecheck = wb::coverage::racecheck();  // fewer rows: see kRacecheckRows
+  for (const Shape s : {Shape{racecheck ? 30 : 300, 1000}, Shape{racecheck ? 2 : 16, 151936}}) {
     std::mt19937_64 rng = wb::rng_for("ch07/determinism/" + shape_of(s.rows, s.vocab));
     std::vector<float> logits;
     for (int r = 0; r < s.rows; ++r) {
@@ -816,7 +828,9 @@ std::string check_equal_rate(long long equal, long long pairs, double q2, const 
 
 void independence(Step step) {
   std::mt19937_64 rng(0x1D1D1D07ull);
-  const int vocab = 64, rows = 256, calls = 40;
+  // Under racecheck 32 rows and 4 calls (see kRacecheckRows): a shared number would still
+  // make 124 of 124 neighbouring pairs equal, against a limit of about 23.
+  const int vocab = 64, rows = rows_under_racecheck(256), calls = wb::coverage::racecheck() ? 4 : 40;
   const std::vector<float> row = normal_row(vocab, 0.05f, rng);  // nearly uniform over 64
   Runner runner(step, repeat_rows(row, rows), rows, vocab);
   double q2 = 0;

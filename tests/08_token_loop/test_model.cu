@@ -468,7 +468,11 @@ TEST_CASE("sampling (temperature 0.8, top_p 0.9) is reproducible for a seed, dif
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
   const std::vector<int> bos{Tokenizer::kBos};
-  const int steps = steps_for(std::min(128, m.config().seq_len));
+  // Under racecheck, 4 steps: each sampled step is seconds of it (the fused sampler's shared
+  // memory), and six generations of 12 ran past 15 minutes on the H200. Seeds 7 and 8 may
+  // then agree on 4 tokens, so that check is the full run's.
+  const bool racecheck = wb::coverage::racecheck();
+  const int steps = racecheck ? 4 : steps_for(std::min(128, m.config().seq_len));
   const ch07::SamplingParams p7{0.8f, 0, 0.9f, 7, 0}, p8{0.8f, 0, 0.9f, 8, 0};
   dec.set_mode(ch08::StepMode::StepByStep);
   const std::vector<int> a = dec.generate(bos, steps, p7);
@@ -485,7 +489,8 @@ TEST_CASE("sampling (temperature 0.8, top_p 0.9) is reproducible for a seed, dif
             "*pos; a value captured by value is frozen");
   CHECK_MESSAGE(c == b, "ch08 model: two sampled generations with the same seed differ (they must be "
                         "reproducible: the sampler's randomness is keyed by (seed, step))");
-  CHECK_MESSAGE(d != b, "ch08 model: seeds 7 and 8 sampled the same " << b.size() << " tokens");
+  if (!racecheck)
+    CHECK_MESSAGE(d != b, "ch08 model: seeds 7 and 8 sampled the same " << b.size() << " tokens");
 }
 
 // ---- The graph is really used ----------------------------------------------------------------
