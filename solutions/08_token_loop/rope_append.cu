@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kRopeThreads)
   float s, c;
   // sincosf: full range reduction (angles reach thousands of radians). The fast __sincosf
   // passes the tests too: its error, which grows with the angle, stays below the float
-  // angle's own rounding (tests/08_token_loop/variants/rope_fast_sincos.cu).
+  // angle's own rounding (tests/08_token_loop/variants/rope_fast_sincos.patch).
   sincosf(angle, &s, &c);
   const float q0 = q[i], q1 = q[i + 1];
   q[i] = q0 * c - q1 * s;
