@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "wb/kernel_coverage.hpp"  // quick(): under compute-sanitizer
 #include "wb/model/generate.hpp"
 #include "wb/model/tokenizer.hpp"
 #include "wb/model/transformer.hpp"
@@ -27,18 +28,24 @@ TextCheck check_tiny_stories_text(Matmul& backend, const TinyStoriesFiles& files
   const Tokenizer tokenizer = Tokenizer::load(files.tokenizer, model.config().vocab_size);
   Transformer transformer(model, backend);
   GenerateOptions options;
-  options.steps = kTinyStoriesSteps;
+  // Under compute-sanitizer (quick) a decoding step costs seconds (every access of every
+  // launch is checked): the first kTinyStoriesQuickSteps steps, whose text must be the start
+  // of llama2.c's. What the tools judge needs a few steps of every kernel, not 200.
+  const bool quick = wb::coverage::quick();
+  options.steps = quick ? kTinyStoriesQuickSteps : kTinyStoriesSteps;
   options.temperature = 0.0f;
   TextCheck r;
   r.text = generate(transformer, tokenizer, options).text;
-  const std::string expected = kTinyStoriesGreedyText;
-  if (r.text == expected) {
+  const std::string full = kTinyStoriesGreedyText;
+  const std::string expected = quick ? full.substr(0, std::min(r.text.size(), full.size())) : full;
+  if (r.text == expected && !r.text.empty()) {
     r.ok = true;
     return r;
   }
   const auto diff = std::mismatch(r.text.begin(), r.text.end(), expected.begin(), expected.end());
   const std::size_t at = std::size_t(diff.first - r.text.begin());
-  r.message = "chapter " + chapter + ": greedy generation of stories260K through " + backend.name() +
+  r.message = "chapter " + chapter + ": greedy generation of stories260K (" +
+              std::to_string(options.steps) + " steps) through " + backend.name() +
               " departs from llama2.c's text at character " + std::to_string(at) + " of " +
               std::to_string(expected.size()) + "\n  got:      " + excerpt(r.text, at) +
               "\n  expected: " + excerpt(expected, at) +

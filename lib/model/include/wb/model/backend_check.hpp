@@ -17,7 +17,8 @@ struct TextCheck {
 };
 
 // Greedy decoding of stories260K (200 steps, no prompt) through `backend`, compared with
-// llama2.c's regression text character by character.
+// llama2.c's regression text character by character. Under compute-sanitizer (quick): the
+// first kTinyStoriesQuickSteps steps, against the start of that text.
 TextCheck check_tiny_stories_text(Matmul& backend, const TinyStoriesFiles& files,
                                   const std::string& chapter);
 

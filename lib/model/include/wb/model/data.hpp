@@ -23,6 +23,9 @@ std::optional<TinyStoriesFiles> tiny_stories_from_env(std::string* why = nullptr
 // llama2.c's own regression text: greedy decoding (temperature 0) of stories260K with
 // tok512, no prompt, 200 steps.
 inline constexpr int kTinyStoriesSteps = 200;
+// Under compute-sanitizer (wb::coverage::quick()) the end-to-end checks decode this many
+// steps and compare the start of that text.
+inline constexpr int kTinyStoriesQuickSteps = 12;
 extern const char* const kTinyStoriesGreedyText;
 
 }  // namespace wb::model
