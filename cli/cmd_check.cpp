@@ -20,6 +20,7 @@ void register_check(CLI::App& app) {
     bool correctness_only = false;
     bool verbose = false;
     bool sanitize = false;
+    int sanitize_jobs = 0;
     std::string seed;
     std::string build_dir = WB_BINARY_DIR;
   };
@@ -32,6 +33,9 @@ void register_check(CLI::App& app) {
   cmd->add_flag("-v,--verbose", args->verbose, "Show every failing test, not just the first of each chapter");
   cmd->add_flag("--sanitize", args->sanitize,
                 "Also run the correctness tests under compute-sanitizer memcheck and racecheck (errors name file:line)");
+  cmd->add_option("--sanitize-jobs", args->sanitize_jobs,
+                  "racecheck runs each test case on its own: this many at a time (default: half the cores, at most 8)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--seed", args->seed, "Base seed of the random inputs (default: $WB_SEED, else fresh)");
   cmd->add_option("--build-dir", args->build_dir, "Build directory")->capture_default_str();
   cmd->callback([args] {
@@ -45,6 +49,7 @@ void register_check(CLI::App& app) {
       o.correctness_only = args->correctness_only;
       o.verbose = args->verbose;
       o.sanitize = args->sanitize;
+      o.sanitize_jobs = args->sanitize_jobs;
       if (!args->seed.empty()) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(args->seed.c_str(), &end, 10);

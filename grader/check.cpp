@@ -175,7 +175,7 @@ namespace {
 // `check --sanitize`: the chapter's correctness tests again under each tool; the lines it
 // prints name the kernel and its file:line (-lineinfo). Full output in the scratch logs.
 std::string sanitize_chapter(const Chapter& chapter, const TestRun& gate, const TestRunOptions& gate_options,
-                             const fs::path& scratch, int& errors, std::ostream& progress) {
+                             const fs::path& scratch, int jobs, int& errors, std::ostream& progress) {
   const std::string head = "  " + chapter.id + " " + chapter.title + ": ";
   if (!gate.completed()) return head + "not run (the correctness tests did not finish)\n";
   if (gate.all_skipped()) return head + "not run (no CUDA device on this machine)\n";
@@ -184,11 +184,12 @@ std::string sanitize_chapter(const Chapter& chapter, const TestRun& gate, const 
                   "it comes with the CUDA toolkit\n";
   std::string text;
   for (const std::string tool : {"memcheck", "racecheck"}) {
-    progress << "running " << chapter.binary("correctness") << " under compute-sanitizer " << tool << " ..."
-             << std::endl;
+    progress << "running " << chapter.binary("correctness") << " under compute-sanitizer " << tool
+             << (std::string(tool) == "racecheck" ? " (each test case on its own, " + std::to_string(jobs) + " at a time)" : "")
+             << " ..." << std::endl;
     TestRunOptions t = gate_options;
-    t.limits.timeout_s = std::max(900.0, 10 * gate_options.limits.timeout_s);
-    const SanitizerResult r = run_sanitizer_tool(tool, t);
+    t.limits.timeout_s = std::max(1200.0, 10 * gate_options.limits.timeout_s);  // per racecheck case
+    const SanitizerResult r = run_sanitizer_tool(tool, t, jobs);
     const fs::path log = scratch / (chapter.id + "-sanitizer-" + tool + ".log");
     write_text_atomic(log, r.output);
     text += head + tool + ": ";
@@ -284,7 +285,9 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
       if (is_gate) {
         gate_passed = run.completed() && !run.cases.empty();
         for (const auto& cs : run.cases) gate_passed = gate_passed && (cs.status == "passed" || cs.skipped_optional());
-        if (o.sanitize) sanitizer_report += sanitize_chapter(chapter, run, t, scratch, sanitizer_errors, progress);
+        if (o.sanitize) sanitizer_report += sanitize_chapter(chapter, run, t, scratch,
+                                                        o.sanitize_jobs > 0 ? o.sanitize_jobs : default_sanitizer_jobs(),
+                                                        sanitizer_errors, progress);
       }
       cc.runs.runs.push_back(std::move(run));
     }

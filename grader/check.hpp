@@ -21,6 +21,7 @@ struct CheckOptions {
   bool correctness_only = false;
   bool verbose = false;
   bool sanitize = false;              // also run the correctness tests under compute-sanitizer
+  int sanitize_jobs = 0;              // racecheck test cases at a time; 0: default_sanitizer_jobs()
   std::optional<std::uint64_t> seed;
   bool color = false;
 };

@@ -257,7 +257,8 @@ json run_sanitizer(const fs::path& binary, const Chapter& c, const GradeOptions&
     t.limits.timeout_s = o.rubric.sanitizer_timeout_s;
     t.limits.file_size_bytes = static_cast<std::uint64_t>(o.rubric.limits.file_size_mb * (1 << 20));
     t.limits.output_bytes = 1u << 20;
-    const SanitizerResult r = run_sanitizer_tool(name, t);
+    const int jobs = o.rubric.sanitizer_jobs > 0 ? o.rubric.sanitizer_jobs : default_sanitizer_jobs();
+    const SanitizerResult r = run_sanitizer_tool(name, t, jobs);
     if (r.ran || !r.output.empty()) write_text_atomic(logs / (c.id + "-sanitizer-" + name + ".log"), r.output);
     out.push_back(r.to_json());
   }

@@ -134,12 +134,17 @@ Rubric parse_rubric(const json& doc, const std::string& source) {
   }
   if (doc.contains("sanitizer")) {
     const json& s = doc["sanitizer"];
-    only_keys(s, {"tools", "penalty", "timeout_s"}, source, "sanitizer");
+    only_keys(s, {"tools", "penalty", "timeout_s", "jobs"}, source, "sanitizer");
     if (s.contains("penalty")) {
       r.sanitizer_penalty = non_negative(s["penalty"], source, "sanitizer.penalty");
       if (r.sanitizer_penalty > 1) bad(source, "sanitizer.penalty", "is a fraction (0 to 1)");
     }
     if (s.contains("timeout_s")) r.sanitizer_timeout_s = non_negative(s["timeout_s"], source, "sanitizer.timeout_s");
+    if (s.contains("jobs")) {
+      const double jobs = non_negative(s["jobs"], source, "sanitizer.jobs");
+      if (jobs != static_cast<int>(jobs) || jobs > 64) bad(source, "sanitizer.jobs", "is a whole number of runs at a time, 0 to 64 (0: half the cores, at most 8)");
+      r.sanitizer_jobs = static_cast<int>(jobs);
+    }
     if (s.contains("tools")) {
       r.sanitizer_tools.clear();
       for (const auto& t : s["tools"]) {

@@ -26,7 +26,24 @@ std::filesystem::path find_compute_sanitizer();
 
 // Runs the test binary `base` describes under `tool`. Without compute-sanitizer the result
 // says so in `problem` (ran = false).
-SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions base);
+//
+// racecheck follows every shared-memory access and is the slow tool (chapter 07's suite
+// under it is over an hour of work on an H200): it runs each test case of the binary on its
+// own (doctest --test-case), `jobs` at a time, each with base.limits.timeout_s, and the
+// result sums them (a case that does not finish is named in `problem`). Every other tool
+// runs the whole binary once.
+SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions base, int jobs = 1);
+
+// Runs at a time when the caller does not say: half the host's cores, 1 to 8 (each run is a
+// CPU-bound tool process sharing the one GPU).
+int default_sanitizer_jobs();
+
+// The test case names in doctest's --list-test-cases output, in its order.
+std::vector<std::string> parse_test_case_list(const std::string& output);
+
+// A --test-case filter that matches exactly `name`: doctest splits filters at commas, so a
+// comma is matched by '?' (one character) instead.
+std::string test_case_filter(const std::string& name);
 
 // "ERROR SUMMARY: 3 errors" / "RACECHECK SUMMARY: ... (2 errors, ...)": the error count.
 int sanitizer_error_count(const std::string& output, int exit_code);

@@ -128,6 +128,8 @@ TEST_CASE("rubric mistakes are clear errors") {
   CHECK_THROWS_WITH_AS(bad(R"({"schema":"workbook-rubric/1","chapters":{"04":{"pass_marks":[{"metric":"x"}]}}})"),
                        doctest::Contains("min"), InputError);
   CHECK_THROWS_WITH_AS(bad(R"({"schema":"workbook-rubric/1","sanitizer":{"penalty":2}})"), doctest::Contains("fraction"), InputError);
+  CHECK_THROWS_WITH_AS(bad(R"({"schema":"workbook-rubric/1","sanitizer":{"jobs":2.5}})"), doctest::Contains("sanitizer.jobs"), InputError);
+  CHECK(bad(R"({"schema":"workbook-rubric/1","sanitizer":{"jobs":4}})").sanitizer_jobs == 4);
   TempDir dir;
   write(dir / "r.json", "{ \"schema\": ");
   CHECK_THROWS_WITH_AS(load_rubric(dir / "r.json"), doctest::Contains("not valid JSON"), InputError);
