@@ -243,7 +243,11 @@ std::string first_error_line(const std::string& text) { return clip_text(trim(te
 
 // compute-sanitizer over the correctness binary: errors per tool.
 json run_sanitizer(const fs::path& binary, const Chapter& c, const GradeOptions& o, const Workspace& ws,
-                   const fs::path& logs) {
+                   const fs::path& logs, const ChapterRuns& runs) {
+  // racecheck runs the cases the chapter's correctness run reported, one by one.
+  std::vector<std::string> cases;
+  for (const TestRun& run : runs.runs)
+    if (run.kind == c.kinds().front() && run.completed()) cases = case_names(run);
   json out = json::array();
   for (const auto& name : o.rubric.sanitizer_tools) {
     if (o.progress) o.progress(c.id + ": compute-sanitizer " + name);
@@ -258,7 +262,7 @@ json run_sanitizer(const fs::path& binary, const Chapter& c, const GradeOptions&
     t.limits.file_size_bytes = static_cast<std::uint64_t>(o.rubric.limits.file_size_mb * (1 << 20));
     t.limits.output_bytes = 1u << 20;
     const int jobs = o.rubric.sanitizer_jobs > 0 ? o.rubric.sanitizer_jobs : default_sanitizer_jobs();
-    const SanitizerResult r = run_sanitizer_tool(name, t, jobs);
+    const SanitizerResult r = run_sanitizer_tool(name, t, jobs, cases);
     if (r.ran || !r.output.empty()) write_text_atomic(logs / (c.id + "-sanitizer-" + name + ".log"), r.output);
     out.push_back(r.to_json());
   }
@@ -513,7 +517,7 @@ json grade_submission(const fs::path& submission, const std::string& student, co
     if (r.missing || r.rejected || !r.build.ok) continue;
     run_chapter_tests(c, o, ws, logs, r, say);
     if (o.sanitize && o.gpu_tests)
-      f.sanitizer[c.id] = run_sanitizer(ws.build / "bin" / c.binary(c.kinds().front()), c, o, ws, logs);
+      f.sanitizer[c.id] = run_sanitizer(ws.build / "bin" / c.binary(c.kinds().front()), c, o, ws, logs, r);
   }
   json report = assemble_report(student, chapters, sub, f, o);
   report["duration_s"] = round2(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

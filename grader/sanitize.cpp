@@ -42,24 +42,9 @@ int default_sanitizer_jobs() {
   return std::clamp(static_cast<int>(cores / 2), 1, 8);
 }
 
-std::vector<std::string> parse_test_case_list(const std::string& output) {
-  // [doctest] listing all test case names
-  // ==========...
-  // name
-  // ==========...
+std::vector<std::string> case_names(const TestRun& run) {
   std::vector<std::string> names;
-  bool found = false, started = false;
-  for (const std::string& line : split_lines(output)) {
-    const bool rule = !line.empty() && line.find_first_not_of('=') == std::string::npos;
-    if (!found) {
-      found = line.find("listing all test case names") != std::string::npos;
-    } else if (rule) {
-      if (started) break;
-      started = true;
-    } else if (started) {
-      names.push_back(line);
-    }
-  }
+  for (const CaseResult& c : run.cases) names.push_back(c.name);
   return names;
 }
 
@@ -87,14 +72,6 @@ SanitizerResult run_once(const std::string& tool, const TestRunOptions& t) {
   }
   if (r.outcome == RunOutcome::timeout || r.outcome == RunOutcome::not_started) s.problem = r.problem;
   return s;
-}
-
-// The binary's test case names (it runs with --list-test-cases, outside the tool).
-std::vector<std::string> list_test_cases(TestRunOptions t) {
-  t.wrapper.clear();
-  t.extra_args = {"--list-test-cases"};
-  t.limits.timeout_s = 120;
-  return parse_test_case_list(run_test_binary(t).output);
 }
 
 // Each case under the tool on its own, `jobs` at a time; the results in the list's order.
@@ -150,7 +127,8 @@ SanitizerResult merge_cases(const std::string& tool, const std::vector<std::stri
 
 }  // namespace
 
-SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions t, int jobs) {
+SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions t, int jobs,
+                                   const std::vector<std::string>& cases) {
   const fs::path program = find_compute_sanitizer();
   if (program.empty()) {
     SanitizerResult s;
@@ -163,10 +141,8 @@ SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions t, in
   // sets it past the grader's scrubbed environment, and the tool passes it to the test.
   t.wrapper = {"/usr/bin/env", "WB_SANITIZE_TOOL=" + tool, program.string(), "--tool", tool, "--error-exitcode", std::to_string(kSanitizerErrorExit),
                "--print-limit", "20"};
-  if (tool != "racecheck") return run_once(tool, t);
-  t.wrapper.insert(t.wrapper.end(), {"--racecheck-report", "hazard"});
-  const std::vector<std::string> cases = list_test_cases(t);
-  if (cases.empty()) return run_once(tool, t);  // not a doctest binary we can list: all at once
+  if (tool == "racecheck") t.wrapper.insert(t.wrapper.end(), {"--racecheck-report", "hazard"});
+  if (tool != "racecheck" || cases.empty()) return run_once(tool, t);
   return merge_cases(tool, cases, run_each_case(tool, t, cases, jobs));
 }
 

@@ -28,18 +28,21 @@ std::filesystem::path find_compute_sanitizer();
 // says so in `problem` (ran = false).
 //
 // racecheck follows every shared-memory access and is the slow tool (chapter 07's suite
-// under it is over an hour of work on an H200): it runs each test case of the binary on its
-// own (doctest --test-case), `jobs` at a time, each with base.limits.timeout_s, and the
-// result sums them (a case that does not finish is named in `problem`). Every other tool
-// runs the whole binary once.
-SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions base, int jobs = 1);
+// under it is over an hour of work on an H200): given `cases`, the names of the test cases
+// the binary's own correctness run reported, it runs each on its own (doctest --test-case),
+// `jobs` at a time, each with base.limits.timeout_s, and the result sums them (a case that
+// does not finish is named in `problem`). The names come from that report, not from asking
+// the binary again, so code linked into it cannot shorten the list. Without names, and for
+// every other tool, the whole binary runs once.
+SanitizerResult run_sanitizer_tool(const std::string& tool, TestRunOptions base, int jobs = 1,
+                                   const std::vector<std::string>& cases = {});
 
 // Runs at a time when the caller does not say: half the host's cores, 1 to 8 (each run is a
 // CPU-bound tool process sharing the one GPU).
 int default_sanitizer_jobs();
 
-// The test case names in doctest's --list-test-cases output, in its order.
-std::vector<std::string> parse_test_case_list(const std::string& output);
+// The names of the test cases a run reported, in its order.
+std::vector<std::string> case_names(const TestRun& run);
 
 // A --test-case filter that matches exactly `name`: doctest splits filters at commas, so a
 // comma is matched by '?' (one character) instead.

@@ -1,6 +1,6 @@
 // compute-sanitizer runs (grader/sanitize.cpp) without a GPU: a stand-in compute-sanitizer
 // on PATH runs the helper and reports errors by test case, so that racecheck's one run per
-// test case (listing, filters, jobs, merging, a case that times out) is exercised here.
+// test case (filters, jobs, merging, a case that times out) is exercised here.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
@@ -63,22 +63,22 @@ struct FakeTool {
 
 }  // namespace
 
-TEST_CASE("doctest's listing of test cases is read, and each name gets a filter that matches only it") {
-  const std::string rule(79, '=');
-  const std::string listing = "[doctest] doctest version is \"2.4.9\"\n[doctest] listing all test case names\n" +
-                              rule + "\nfirst case\nsecond, with a comma\n" + rule +
-                              "\n[doctest] unskipped test cases passing the current filters: 2\n";
-  CHECK(parse_test_case_list(listing) == std::vector<std::string>{"first case", "second, with a comma"});
-  CHECK(parse_test_case_list("no listing here\n").empty());
+TEST_CASE("each case gets a filter that matches only it, and the names come from a run's report") {
   // doctest splits filters at commas: a comma must not cut the name in two.
   CHECK(test_case_filter("second, with a comma") == "--test-case=second? with a comma");
+  TestRun run;
+  run.cases.resize(2);
+  run.cases[0].name = "first";
+  run.cases[1].name = "second, with a comma";
+  CHECK(case_names(run) == std::vector<std::string>{"first", "second, with a comma"});
   CHECK(default_sanitizer_jobs() >= 1);
   CHECK(default_sanitizer_jobs() <= 8);
 }
 
 TEST_CASE("racecheck runs every test case on its own, sums their errors and names a case that did not finish") {
   FakeTool fake;
-  const SanitizerResult r = run_sanitizer_tool("racecheck", fake.options(3), /*jobs=*/3);
+  const std::vector<std::string> cases = {"quiet, with a comma", "racy kernel", "slow kernel"};
+  const SanitizerResult r = run_sanitizer_tool("racecheck", fake.options(3), /*jobs=*/3, cases);
   CHECK(r.tool == "racecheck");
   CHECK(r.errors == 1);              // the racy case's, and no other
   CHECK_FALSE(r.ran);                // the slow case hit its own time limit
@@ -94,13 +94,17 @@ TEST_CASE("racecheck runs every test case on its own, sums their errors and name
   CHECK(r.output.find("option --tool racecheck") != std::string::npos);
 }
 
-TEST_CASE("racecheck with every case clean reports no error; memcheck runs the whole binary once") {
+TEST_CASE("memcheck, and racecheck without case names, run the whole binary once") {
   FakeTool fake;
-  TestRunOptions o = fake.options(20);
-  // The fake tool's race and hang are keyed by filter: a clean whole-binary run has neither.
-  const SanitizerResult whole = run_sanitizer_tool("memcheck", o, 4);
-  CHECK(whole.ran);
-  CHECK(whole.errors == 0);
-  CHECK(whole.output.find("--test-case") == std::string::npos);
-  CHECK(whole.output.find("option --tool memcheck") != std::string::npos);
+  const TestRunOptions o = fake.options(20);
+  // The fake tool's race and hang are keyed by filter: a whole-binary run has neither.
+  const SanitizerResult memcheck = run_sanitizer_tool("memcheck", o, 4, {"racy kernel"});
+  CHECK(memcheck.ran);
+  CHECK(memcheck.errors == 0);
+  CHECK(memcheck.output.find("--test-case") == std::string::npos);
+  CHECK(memcheck.output.find("option --tool memcheck") != std::string::npos);
+  const SanitizerResult racecheck = run_sanitizer_tool("racecheck", o, 4);
+  CHECK(racecheck.ran);
+  CHECK(racecheck.output.find("--test-case") == std::string::npos);
+  CHECK(racecheck.output.find("option --racecheck-report hazard") != std::string::npos);
 }
