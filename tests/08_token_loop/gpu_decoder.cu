@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,10 +35,10 @@ __global__ void embed_kernel(float* x, const float* embedding, const int* token,
 // The step's last kernel: the next step runs at the next position.
 __global__ void advance_position_kernel(int* pos) { *pos += 1; }
 
-// Kernel, memset and memcpy nodes of whatever `enqueue` puts on `stream` (captured into a
-// throwaway graph with the plain CUDA API, never run): how many launches it makes from the host.
+// Records whatever `enqueue` puts on `stream` into a graph (plain CUDA API, nothing runs).
+// If enqueue throws, the capture is ended and its graph destroyed before the exception goes on.
 template <typename F>
-int count_nodes(cudaStream_t stream, F&& enqueue) {
+cudaGraph_t capture_graph(cudaStream_t stream, F&& enqueue) {
   WB_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
@@ -47,6 +49,14 @@ int count_nodes(cudaStream_t stream, F&& enqueue) {
     throw;
   }
   WB_CUDA(cudaStreamEndCapture(stream, &graph));
+  return graph;
+}
+
+// Kernel, memset and memcpy nodes of whatever `enqueue` puts on `stream` (captured into a
+// throwaway graph, never run): how many launches it makes from the host.
+template <typename F>
+int count_nodes(cudaStream_t stream, F&& enqueue) {
+  cudaGraph_t graph = capture_graph(stream, enqueue);
   std::size_t n = 0;
   WB_CUDA(cudaGraphGetNodes(graph, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
@@ -62,7 +72,40 @@ int count_nodes(cudaStream_t stream, F&& enqueue) {
   return count;
 }
 
-enum Stage { kEmbedNorm, kMatvec, kRope, kAttention, kSwiglu, kSampler, kStages };
+// Microseconds per replay of whatever `enqueue` puts on `stream`, captured once as a graph,
+// replayed once to warm up, then `replays` times back to back between two events.
+template <typename F>
+double time_graph_us(cudaStream_t stream, int replays, F&& enqueue) {
+  cudaGraph_t graph = capture_graph(stream, enqueue);
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  float ms = 0;
+  try {
+    WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    WB_CUDA(cudaEventCreate(&start));
+    WB_CUDA(cudaEventCreate(&stop));
+    WB_CUDA(cudaGraphLaunch(exec, stream));
+    WB_CUDA(cudaEventRecord(start, stream));
+    for (int r = 0; r < replays; ++r) WB_CUDA(cudaGraphLaunch(exec, stream));
+    WB_CUDA(cudaEventRecord(stop, stream));
+    WB_CUDA(cudaEventSynchronize(stop));
+    WB_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  } catch (...) {
+    cudaStreamSynchronize(stream);
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    if (exec) cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    throw;
+  }
+  WB_CUDA(cudaEventDestroy(start));
+  WB_CUDA(cudaEventDestroy(stop));
+  WB_CUDA(cudaGraphExecDestroy(exec));
+  WB_CUDA(cudaGraphDestroy(graph));
+  return 1e3 * double(ms) / replays;
+}
+
+enum Stage { kAllStages = -1, kEmbedNorm, kMatvec, kRope, kAttention, kSwiglu, kSampler };
 
 }  // namespace
 
@@ -76,17 +119,60 @@ double StageTimes::total_us() const {
 
 // ---- GpuModel ------------------------------------------------------------------------------
 
+namespace {
+
+// Copies the matrices `parts` (device pointers, `rows[i]` x `cols` each) one after another
+// into `packed`: the rows of the first, then those of the second, ...
+void pack_rows(float* packed, std::initializer_list<const float*> parts, std::initializer_list<std::size_t> rows,
+               std::size_t cols) {
+  const std::size_t* r = rows.begin();
+  for (const float* part : parts) {
+    WB_CUDA(cudaMemcpy(packed, part, *r * cols * sizeof(float), cudaMemcpyDeviceToDevice));
+    packed += *r * cols;
+    ++r;
+  }
+}
+
+}  // namespace
+
 GpuModel::GpuModel(const wb::model::Model& model) : host_(model), config_(model.config()) {
   const std::span<const float> p = model.payload();
-  WB_CUDA(cudaMalloc(&d_payload_, p.size_bytes()));
-  WB_CUDA(cudaMemcpy(d_payload_, p.data(), p.size_bytes(), cudaMemcpyHostToDevice));
-  // A copy from pageable memory may return before its DMA is done, and the decoder's stream
-  // is non-blocking (it does not wait for the legacy stream): wait here, once.
-  WB_CUDA(cudaDeviceSynchronize());
+  const wb::model::Config& c = config_;
+  const std::size_t dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim, layers = c.n_layers;
+  try {
+    WB_CUDA(cudaMalloc(&d_payload_, p.size_bytes()));
+    WB_CUDA(cudaMemcpy(d_payload_, p.data(), p.size_bytes(), cudaMemcpyHostToDevice));
+    WB_CUDA(cudaMalloc(&d_qkv_, std::max<std::size_t>(layers, 1) * (dim + 2 * kv) * dim * sizeof(float)));
+    WB_CUDA(cudaMalloc(&d_w13_, std::max<std::size_t>(layers, 1) * 2 * hidden * dim * sizeof(float)));
+    for (std::size_t l = 0; l < layers; ++l) {
+      const wb::model::LayerWeights& lw = model.weights().layers[l];
+      pack_rows(d_qkv_ + l * (dim + 2 * kv) * dim, {device(lw.wq), device(lw.wk), device(lw.wv)}, {dim, kv, kv}, dim);
+      pack_rows(d_w13_ + l * 2 * hidden * dim, {device(lw.w1), device(lw.w3)}, {hidden, hidden}, dim);
+    }
+    // A copy from pageable memory may return before its DMA is done, and the decoder's stream
+    // is non-blocking (it does not wait for the legacy stream): wait here, once.
+    WB_CUDA(cudaDeviceSynchronize());
+  } catch (...) {
+    cudaFree(d_payload_);
+    cudaFree(d_qkv_);
+    cudaFree(d_w13_);
+    throw;
+  }
 }
 
 GpuModel::~GpuModel() {
   if (d_payload_) cudaFree(d_payload_);
+  if (d_qkv_) cudaFree(d_qkv_);
+  if (d_w13_) cudaFree(d_w13_);
+}
+
+const float* GpuModel::qkv(int layer) const {
+  const std::size_t dim = config_.dim, kv = config_.kv_dim();
+  return d_qkv_ + std::size_t(layer) * (dim + 2 * kv) * dim;
+}
+
+const float* GpuModel::w13(int layer) const {
+  return d_w13_ + std::size_t(layer) * 2 * std::size_t(config_.hidden_dim) * std::size_t(config_.dim);
 }
 
 const float* GpuModel::device(const float* host_weight) const {
@@ -115,13 +201,11 @@ std::size_t GpuModel::weight_bytes_per_token() const {
 struct GpuDecoder::Buffers {
   float* x[2] = {nullptr, nullptr};  // the residual stream, ping-pong (ch06's outputs may not alias)
   float* xb = nullptr;               // the normalized stream: every matvec's input
-  float* q = nullptr;
-  float* k = nullptr;
-  float* v = nullptr;
+  float* qkv = nullptr;              // the packed qkv matvec's output: q (dim), k, v (kv_dim each)
   float* att = nullptr;              // attention output (input of wo)
   float* delta = nullptr;            // wo / w2 output (what the next add adds)
-  float* hb = nullptr;               // w1 output, then swiglu in place
-  float* hb2 = nullptr;              // w3 output
+  float* h13 = nullptr;              // the packed w13 matvec's output: W1 h, then W3 h (hidden
+                                     // each); swiglu turns the first half into the FFN's input
   float* logits = nullptr;
   float* key_cache = nullptr;        // [layer][seq_len][kv_dim]
   float* value_cache = nullptr;
@@ -131,7 +215,9 @@ struct GpuDecoder::Buffers {
   float* confidence = nullptr;       // the sampler's (unused here)
   int* pos = nullptr;                // the position of the next step (device)
   int* token = nullptr;              // the token of the next step (device)
-  int* host_token = nullptr;         // pinned: the token coming back
+  int* host_token = nullptr;         // pinned: the token coming back (fetch_token)
+  int* host_tokens = nullptr;        // pinned: sampled tokens coming back, one slot per position
+  cudaEvent_t token_home[2] = {nullptr, nullptr};  // after the copy of an even / odd position
   int* host_prompt = nullptr;        // pinned: forced tokens going in, one slot per position
   std::vector<void*> device_allocs;
 
@@ -145,19 +231,10 @@ struct GpuDecoder::Buffers {
   ~Buffers() {
     for (void* p : device_allocs) cudaFree(p);
     if (host_token) cudaFreeHost(host_token);
+    if (host_tokens) cudaFreeHost(host_tokens);
+    for (cudaEvent_t e : token_home)
+      if (e) cudaEventDestroy(e);
     if (host_prompt) cudaFreeHost(host_prompt);
-  }
-};
-
-struct GpuDecoder::Marks {
-  std::vector<cudaEvent_t> events;  // recorded in order
-  std::vector<int> stages;          // events[i] ends a segment of stages[i]
-  std::size_t used = 0;
-  void mark(Stage stage, cudaStream_t stream) {
-    if (used >= events.size()) throw std::logic_error("ch08 measure_stages: too few events");
-    WB_CUDA(cudaEventRecord(events[used], stream));
-    stages[used] = stage;
-    ++used;
   }
 };
 
@@ -170,13 +247,10 @@ GpuDecoder::GpuDecoder(const GpuModel& model) : model_(model) {
     b_->x[0] = b_->alloc<float>(dim);
     b_->x[1] = b_->alloc<float>(dim);
     b_->xb = b_->alloc<float>(dim);
-    b_->q = b_->alloc<float>(dim);
-    b_->k = b_->alloc<float>(kv);
-    b_->v = b_->alloc<float>(kv);
+    b_->qkv = b_->alloc<float>(dim + 2 * kv);
     b_->att = b_->alloc<float>(dim);
     b_->delta = b_->alloc<float>(dim);
-    b_->hb = b_->alloc<float>(hidden);
-    b_->hb2 = b_->alloc<float>(hidden);
+    b_->h13 = b_->alloc<float>(2 * hidden);
     b_->logits = b_->alloc<float>(std::size_t(c.vocab_size));
     b_->key_cache = b_->alloc<float>(cache);
     b_->value_cache = b_->alloc<float>(cache);
@@ -187,6 +261,8 @@ GpuDecoder::GpuDecoder(const GpuModel& model) : model_(model) {
     b_->pos = b_->alloc<int>(1);
     b_->token = b_->alloc<int>(1);
     WB_CUDA(cudaMallocHost(&b_->host_token, sizeof(int)));
+    WB_CUDA(cudaMallocHost(&b_->host_tokens, std::size_t(c.seq_len) * sizeof(int)));
+    for (cudaEvent_t& e : b_->token_home) WB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     WB_CUDA(cudaMallocHost(&b_->host_prompt, std::size_t(c.seq_len) * sizeof(int)));
     // Our own stream; non-blocking, so nothing on the legacy default stream serializes with
     // it (everything of the decoder goes on this stream, in order).
@@ -238,73 +314,68 @@ void GpuDecoder::reset() {
 }
 
 // One forward pass of *token at *pos, then ++*pos. Kernels only: no synchronization, no
-// allocation, no copy (it is captured as the step graph). `marks` (measure_stages only)
-// records an event after each stage.
-void GpuDecoder::enqueue_step(cudaStream_t s, Marks* marks) {
+// allocation, no copy (it is captured as the step graph). With `only` set to a stage
+// (measure_stages), only that stage's launches are enqueued, and the position stays.
+void GpuDecoder::enqueue_step(cudaStream_t s, int only) {
   const wb::model::Config& c = model_.config();
   const wb::model::Weights& w = model_.host().weights();
   const int dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim, head_size = c.head_size();
   const std::size_t layer_cache = std::size_t(c.seq_len) * std::size_t(kv_dim);
   Buffers& b = *b_;
-  auto mark = [&](Stage stage) {
-    if (marks) marks->mark(stage, s);
+  auto want = [only](Stage stage) { return only == kAllStages || only == stage; };
+  auto matvec = [&](float* y, const float* x, const float* W_device, int n, int d) {
+    if (want(kMatvec)) ch01::launch_matvec(y, x, W_device, n, d, s);
   };
-  auto matvec = [&](float* y, const float* x, const float* W_host, int n, int d) {
-    ch01::launch_matvec(y, x, model_.device(W_host), n, d, s);
-  };
-  auto rms = [&](const float* weight_host) {
+  auto add_norm = [&](const float* x, const float* delta, float* sum, const float* weight_host) {
     ch06::NormParams p;
     p.norm = ch06::Norm::RMSNorm;
     p.weight = model_.device(weight_host);
     p.eps = kRmsEps;
-    return p;
+    if (!want(kEmbedNorm)) return;
+    if (delta) ch06::add_norm_fused(x, delta, sum, b.xb, 1, dim, p, s);  // sum = x + delta; xb = norm(sum)
+    else ch06::norm_rows(x, b.xb, 1, dim, p, s);                         // xb = norm(x)
   };
 
   int cur = 0;  // which x holds the residual stream
-  embed_kernel<<<std::min((dim + 255) / 256, 64), 256, 0, s>>>(b.x[cur], model_.device(w.token_embedding),
-                                                              b.token, dim, c.vocab_size);
-  WB_CUDA(cudaGetLastError());
-  ch06::norm_rows(b.x[cur], b.xb, 1, dim, rms(w.layers[0].rms_att), s);
-  mark(kEmbedNorm);
+  if (want(kEmbedNorm)) {
+    embed_kernel<<<std::min((dim + 255) / 256, 64), 256, 0, s>>>(b.x[cur], model_.device(w.token_embedding),
+                                                                b.token, dim, c.vocab_size);
+    WB_CUDA(cudaGetLastError());
+  }
+  add_norm(b.x[cur], nullptr, nullptr, w.layers[0].rms_att);
   for (int l = 0; l < c.n_layers; ++l) {
     const wb::model::LayerWeights& lw = w.layers[std::size_t(l)];
     float* key_cache = b.key_cache + std::size_t(l) * layer_cache;
     float* value_cache = b.value_cache + std::size_t(l) * layer_cache;
-    // Attention block: xb = rmsnorm(x) is ready.
-    matvec(b.q, b.xb, lw.wq, dim, dim);
-    matvec(b.k, b.xb, lw.wk, dim, kv_dim);
-    matvec(b.v, b.xb, lw.wv, dim, kv_dim);
-    mark(kMatvec);
-    rope_and_append(b.q, b.k, b.v, key_cache, value_cache, dim, kv_dim, head_size, b.pos, s);
-    mark(kRope);
-    attention(b.att, b.q, key_cache, value_cache, b.scores, c.n_heads, c.n_kv_heads, head_size, c.seq_len,
-              b.pos, s);
-    mark(kAttention);
-    matvec(b.delta, b.att, lw.wo, dim, dim);
-    mark(kMatvec);
+    // Attention block: xb = rmsnorm(x) is ready. q, k and v in one matvec (packed weights).
+    float* q = b.qkv;
+    const float* k = b.qkv + dim;
+    const float* v = b.qkv + dim + kv_dim;
+    matvec(b.qkv, b.xb, model_.qkv(l), dim, dim + 2 * kv_dim);
+    if (want(kRope)) rope_and_append(q, k, v, key_cache, value_cache, dim, kv_dim, head_size, b.pos, s);
+    if (want(kAttention))
+      attention(b.att, q, key_cache, value_cache, b.scores, c.n_heads, c.n_kv_heads, head_size, c.seq_len,
+                b.pos, s);
+    matvec(b.delta, b.att, model_.device(lw.wo), dim, dim);
     // x += wo a; xb = rmsnorm(x) with rms_ffn (one fused pass; the sum goes to the other buffer).
-    ch06::add_norm_fused(b.x[cur], b.delta, b.x[1 - cur], b.xb, 1, dim, rms(lw.rms_ffn), s);
+    add_norm(b.x[cur], b.delta, b.x[1 - cur], lw.rms_ffn);
     cur = 1 - cur;
-    mark(kEmbedNorm);
-    // Feed-forward block.
-    matvec(b.hb, b.xb, lw.w1, dim, hidden);
-    matvec(b.hb2, b.xb, lw.w3, dim, hidden);
-    mark(kMatvec);
-    swiglu(b.hb, b.hb, b.hb2, hidden, s);
-    mark(kSwiglu);
-    matvec(b.delta, b.hb, lw.w2, hidden, dim);
-    mark(kMatvec);
+    // Feed-forward block: W1 h and W3 h in one matvec (packed weights), SwiGLU in place.
+    float* gate = b.h13;
+    const float* up = b.h13 + hidden;
+    matvec(b.h13, b.xb, model_.w13(l), dim, 2 * hidden);
+    if (want(kSwiglu)) swiglu(gate, gate, up, hidden, s);
+    matvec(b.delta, gate, model_.device(lw.w2), hidden, dim);
     // x += w2 g; xb = rmsnorm(x) with the next layer's rms_att (the final norm after the last).
     const float* next_norm = l + 1 < c.n_layers ? w.layers[std::size_t(l) + 1].rms_att : w.rms_final;
-    ch06::add_norm_fused(b.x[cur], b.delta, b.x[1 - cur], b.xb, 1, dim, rms(next_norm), s);
+    add_norm(b.x[cur], b.delta, b.x[1 - cur], next_norm);
     cur = 1 - cur;
-    mark(kEmbedNorm);
   }
-  matvec(b.logits, b.xb, w.classifier, dim, c.vocab_size);
-  mark(kMatvec);
-  advance_position_kernel<<<1, 1, 0, s>>>(b.pos);
-  WB_CUDA(cudaGetLastError());
-  mark(kEmbedNorm);
+  matvec(b.logits, b.xb, model_.device(w.classifier), dim, c.vocab_size);
+  if (only == kAllStages) {
+    advance_position_kernel<<<1, 1, 0, s>>>(b.pos);
+    WB_CUDA(cudaGetLastError());
+  }
 }
 
 void GpuDecoder::run_step() {
@@ -362,6 +433,65 @@ std::vector<float> GpuDecoder::forward_logits(int token) {
   return logits;
 }
 
+void GpuDecoder::send_token_home(int pos) {
+  WB_CUDA(cudaMemcpyAsync(b_->host_tokens + pos, b_->token, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  WB_CUDA(cudaEventRecord(b_->token_home[pos % 2], stream_));
+}
+
+int GpuDecoder::take_token(int pos) {
+  // The event of pos % 2 is not recorded again before this wait: the loop records the other
+  // one (pos + 1) in between, and this one again (pos + 2) only after the wait.
+  WB_CUDA(cudaEventSynchronize(b_->token_home[pos % 2]));
+  const int token = b_->host_tokens[pos];
+  const int vocab = model_.config().vocab_size;
+  if (token < 0 || token >= vocab)
+    throw wb::model::ModelError("ch08 GpuDecoder: the sampler returned token " + std::to_string(token) +
+                                " at position " + std::to_string(pos) +
+                                " (the logits hold NaN or inf: a kernel of the step is wrong)");
+  return token;
+}
+
+int GpuDecoder::decode(std::span<const int> prompt, int steps, const ch07::SamplingParams& sampling,
+                       const std::function<bool(int pos, int token)>& on_token) {
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  reset();
+  put_token(prompt[0]);
+  long long host_launches = 1;  // the first token's copy
+  int passes = 0;
+  int pending = -1;  // the position whose sampled token is on its way to the host
+  for (int pos = 0; pos < steps; ++pos) {
+    run_step();
+    ++passes;
+    host_launches += mode_ == StepMode::Graph ? 1 : step_nodes_;
+    const bool forced = pos + 1 < int(prompt.size());
+    if (forced) {
+      put_token(prompt[std::size_t(pos) + 1]);  // straight into *token, no sampling
+      ++host_launches;
+    } else {
+      ch07::SamplingParams p = sampling;
+      p.step = std::uint64_t(pos);  // the step counter: by value, hence outside the graph
+      enqueue_sample(p);            // writes *token, where the next step reads it on the device
+      host_launches += sampler_nodes_;
+      send_token_home(pos);
+    }
+    // Step pos is enqueued: now the host looks at the token of the step before it.
+    if (pending >= 0 && !on_token(pending, take_token(pending))) {
+      pending = -1;
+      break;  // the step just enqueued is wasted
+    }
+    pending = forced ? -1 : pos;
+    if (pos == 0 && pending == 0) {  // the first step: no lag (see generate())
+      pending = -1;
+      if (!on_token(0, take_token(0))) break;
+    }
+  }
+  if (pending >= 0) (void)on_token(pending, take_token(pending));
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  passes_ = passes;
+  host_launches_per_step_ = passes > 0 ? double(host_launches) / passes : 0;
+  return passes;
+}
+
 std::vector<int> GpuDecoder::generate(std::span<const int> prompt, int steps,
                                       const ch07::SamplingParams& sampling) {
   const wb::model::Config& c = model_.config();
@@ -376,103 +506,57 @@ std::vector<int> GpuDecoder::generate(std::span<const int> prompt, int steps,
     if (t < 0 || t >= c.vocab_size)
       throw std::invalid_argument("ch08 GpuDecoder::generate: prompt token " + std::to_string(t) +
                                   " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
-  WB_CUDA(cudaStreamSynchronize(stream_));
-  reset();
-  std::vector<int> tokens{prompt[0]};
-  put_token(prompt[0]);
-  long long host_launches = 1;  // the first token's copy
-  int passes = 0;
-  for (int pos = 0; pos < steps; ++pos) {
-    run_step();
-    ++passes;
-    host_launches += mode_ == StepMode::Graph ? 1 : step_nodes_;
-    int next;
-    if (pos + 1 < int(prompt.size())) {
-      next = prompt[std::size_t(pos) + 1];  // forced: straight into *token, no sampling
-      put_token(next);
-      ++host_launches;
-    } else {
-      ch07::SamplingParams p = sampling;
-      p.step = std::uint64_t(pos);  // the step counter: by value, hence outside the graph
-      enqueue_sample(p);
-      host_launches += sampler_nodes_;
-      next = fetch_token();  // 4 bytes back; the next step reads *token on the device
-      if (next < 0 || next >= c.vocab_size)
-        throw wb::model::ModelError("ch08 GpuDecoder::generate: the sampler returned token " +
-                                    std::to_string(next) + " at position " + std::to_string(pos) +
-                                    " (the logits hold NaN or inf: a kernel of the step is wrong)");
-    }
-    if (next == wb::model::Tokenizer::kBos) break;  // llama2.c's end of story
-    tokens.push_back(next);
-  }
-  WB_CUDA(cudaStreamSynchronize(stream_));
-  passes_ = passes;
-  host_launches_per_step_ = passes > 0 ? double(host_launches) / passes : 0;
+  std::vector<int> tokens(prompt.begin(), prompt.end());
+  (void)decode(prompt, steps, sampling, [&tokens](int, int token) {
+    if (token == wb::model::Tokenizer::kBos) return false;  // llama2.c's end of story
+    tokens.push_back(token);
+    return true;
+  });
   return tokens;
 }
 
 double GpuDecoder::measure_tokens_per_s(int steps) {
   steps = std::clamp(steps, 2, model_.config().seq_len);
   const ch07::SamplingParams greedy{0.0f, 0, 1.0f, 0, 0};
-  WB_CUDA(cudaStreamSynchronize(stream_));
-  reset();
-  put_token(wb::model::Tokenizer::kBos);
+  const int bos[] = {wb::model::Tokenizer::kBos};
   using Clock = std::chrono::steady_clock;
   Clock::time_point start;
-  for (int pos = 0; pos < steps; ++pos) {
-    run_step();
-    ch07::SamplingParams p = greedy;
-    p.step = std::uint64_t(pos);
-    enqueue_sample(p);
-    (void)fetch_token();  // the real loop: the token comes back every step
-    if (pos == 0) start = Clock::now();  // the first pass (and a capture) is not timed
-  }
+  // The first step (and a capture) is not timed: decode() waits for its token before it
+  // enqueues step 1, and the clock starts there. BOS does not stop this loop.
+  (void)decode(bos, steps, greedy, [&start](int pos, int) {
+    if (pos == 0) start = Clock::now();
+    return true;
+  });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return double(steps - 1) / seconds;
 }
 
-StageTimes GpuDecoder::measure_stages(int steps) {
+StageTimes GpuDecoder::measure_stages(int position, int replays) {
   const wb::model::Config& c = model_.config();
-  steps = std::clamp(steps, 1, c.seq_len);
-  Marks marks;
-  // start, embed+norm, 9 per layer, classifier, advance, sampler
-  const std::size_t per_step = 1 + 1 + std::size_t(c.n_layers) * 9 + 2 + 1;
-  marks.events.resize(per_step + 1);
-  marks.stages.resize(per_step + 1);
-  for (cudaEvent_t& e : marks.events) WB_CUDA(cudaEventCreate(&e));
-  double sums[kStages] = {};
-  try {
-    WB_CUDA(cudaStreamSynchronize(stream_));
-    reset();
-    put_token(wb::model::Tokenizer::kBos);
-    for (int pos = 0; pos < steps; ++pos) {
-      if (pos_ >= c.seq_len) break;
-      marks.used = 0;
-      marks.mark(kEmbedNorm, stream_);  // the start (its segment is empty)
-      enqueue_step(stream_, &marks);
-      ++pos_;
-      ch07::SamplingParams p{0.0f, 0, 1.0f, 0, std::uint64_t(pos)};
-      enqueue_sample(p);
-      marks.mark(kSampler, stream_);
-      (void)fetch_token();
-      for (std::size_t i = 1; i < marks.used; ++i) {
-        float ms = 0;
-        WB_CUDA(cudaEventElapsedTime(&ms, marks.events[i - 1], marks.events[i]));
-        sums[marks.stages[i]] += 1e3 * ms;
-      }
-    }
-  } catch (...) {
-    for (cudaEvent_t e : marks.events) cudaEventDestroy(e);
-    throw;
-  }
-  for (cudaEvent_t e : marks.events) WB_CUDA(cudaEventDestroy(e));
+  if (position < 0 || position >= c.seq_len)
+    throw std::out_of_range("ch08 GpuDecoder::measure_stages: position " + std::to_string(position) +
+                            " is outside the context (0.." + std::to_string(c.seq_len - 1) + ")");
+  if (wb::debug_sync_enabled())
+    throw std::logic_error("ch08 GpuDecoder::measure_stages captures graphs, which WB_DEBUG_SYNC=1 breaks; unset it");
+  replays = std::max(replays, 1);
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  WB_CUDA(cudaMemcpy(b_->pos, &position, sizeof(int), cudaMemcpyHostToDevice));  // stage graphs keep it
+  auto stage = [&](Stage st) {
+    return time_graph_us(stream_, replays, [this, st](cudaStream_t s) { enqueue_step(s, st); });
+  };
   StageTimes t;
-  t.embed_norm_us = sums[kEmbedNorm] / steps;
-  t.matvec_us = sums[kMatvec] / steps;
-  t.rope_us = sums[kRope] / steps;
-  t.attention_us = sums[kAttention] / steps;
-  t.swiglu_us = sums[kSwiglu] / steps;
-  t.sampler_us = sums[kSampler] / steps;
+  t.embed_norm_us = stage(kEmbedNorm);
+  t.matvec_us = stage(kMatvec);
+  t.rope_us = stage(kRope);
+  t.attention_us = stage(kAttention);
+  t.swiglu_us = stage(kSwiglu);
+  const ch07::SamplingParams greedy{0.0f, 0, 1.0f, 0, 0};
+  t.sampler_us = time_graph_us(stream_, replays, [this, &greedy](cudaStream_t s) {
+    ch07::sample_fused(b_->logits, 1, model_.config().vocab_size, greedy, b_->token, b_->confidence,
+                       b_->workspace, b_->workspace_bytes, s);
+  });
+  reset();
+  WB_CUDA(cudaStreamSynchronize(stream_));
   return t;
 }
 

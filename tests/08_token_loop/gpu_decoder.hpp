@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ class GpuModel {
   const wb::model::Model& host() const { return host_; }
   // The device copy of a host weight pointer (one that points into host().payload()).
   const float* device(const float* host_weight) const;
+  // The matrices that multiply the same vector, packed at load time into one matrix per
+  // layer, so that each group is ONE matvec (one launch, one read of the input) instead of
+  // three and two: qkv(l) holds the rows of Wq, then Wk, then Wv ((dim + 2 kv_dim) x dim);
+  // w13(l) the rows of W1, then W3 (2 hidden x dim). Row for row the same dot products as
+  // the separate matrices, so the same results to the bit. (The payload keeps its own copy of
+  // them, unused by the step: simpler than a second upload path, at the price of memory.)
+  const float* qkv(int layer) const;
+  const float* w13(int layer) const;
   // Bytes of weights one token reads (every matrix and norm once, one embedding row).
   std::size_t weight_bytes_per_token() const;
 
@@ -63,6 +72,8 @@ class GpuModel {
   const wb::model::Model& host_;
   wb::model::Config config_;
   float* d_payload_ = nullptr;
+  float* d_qkv_ = nullptr;  // [layer][dim + 2 kv_dim][dim]
+  float* d_w13_ = nullptr;  // [layer][2 hidden][dim]
 };
 
 enum class StepMode {
@@ -71,9 +82,8 @@ enum class StepMode {
 };
 const char* to_string(StepMode mode);
 
-// Where one un-graphed step's device time goes (events recorded between the stages, each
-// segment added to the stage it ends; averaged per token). The step-advancing kernel is
-// counted under embed_norm.
+// Where one step's device time goes, by stage (GpuDecoder::measure_stages: a graph per stage,
+// replayed). The one-thread kernel that advances the position is in no stage.
 struct StageTimes {
   double embed_norm_us = 0;   // embedding row, RMSNorms and fused residual adds
   double matvec_us = 0;       // every matvec (q, k, v, o, w1, w3, w2, classifier)
@@ -116,13 +126,27 @@ class GpuDecoder {
   // sampler runs after each step (outside the graph: its step counter is passed by value)
   // and writes the next token to device memory, where the next step's embedding reads it; a
   // forced prompt token is copied there instead (4 bytes, from pinned memory).
+  //
+  // The host runs ONE STEP BEHIND the device. The next step needs no help from the host (it
+  // reads its token from device memory), so step p + 1 is enqueued before the host waits for
+  // token p (4 bytes, copied to a pinned slot per position, an event after it). While the host
+  // looks at one token and launches the next step, the device is already computing: it never
+  // idles for the round trip. The price: when BOS ends the story, the step already enqueued
+  // behind it is wasted (it runs, its token is dropped; forward_passes() counts it). The first
+  // step is the exception: the host waits for it before going on (it may include the capture).
   std::vector<int> generate(std::span<const int> prompt, int steps,
                             const ch07::SamplingParams& sampling);
 
-  // tokens/s of greedy decoding from BOS over `steps` forward passes (the first not timed).
+  // tokens/s of greedy decoding from BOS over `steps` forward passes, the loop of generate()
+  // (every token comes back, one step behind); the clock starts when the first token is back.
   double measure_tokens_per_s(int steps);
-  // Event-timed stages of one un-graphed step, averaged over `steps` steps from BOS.
-  StageTimes measure_stages(int steps);
+  // Where a step's device time goes, stage by stage, as a graph runs it: for each stage, a
+  // graph of only that stage's launches of one step (in step order, on the step's buffers),
+  // replayed `replays` times back to back at position `position` (*pos is not advanced), and
+  // the greedy sampler likewise. The stages' kernels run back to back as inside the step's
+  // graph, so their times add up to about a replayed step's. The contents of the activations
+  // are whatever the last step left (timing only). Afterwards the position is 0 (reset()).
+  StageTimes measure_stages(int position, int replays = 50);
 
   cudaStream_t stream() const { return stream_; }
   // Launches enqueued from the host per generated token by the last generate(), the
@@ -138,11 +162,18 @@ class GpuDecoder {
 
  private:
   struct Buffers;
-  struct Marks;  // measure_stages: events between the stages
-  void enqueue_step(cudaStream_t stream, Marks* marks = nullptr);  // one forward pass at *pos, then ++*pos
+  // One forward pass at *pos, then ++*pos; `only` >= 0 (measure_stages): one stage's launches.
+  void enqueue_step(cudaStream_t stream, int only = -1);
   void run_step();                         // checks the position, enqueue_step or the graph's replay
   void enqueue_sample(const ch07::SamplingParams& sampling);  // logits -> *d_token
   int fetch_token();                       // *d_token -> host (4 bytes), waits for the stream
+  // The loop of generate() and measure_tokens_per_s(): from position 0, `steps` forward
+  // passes (prompt forced, then sampled), on_token(pos, token) for every sampled token, one
+  // step behind the device; on_token returning false stops it. Returns the passes run.
+  int decode(std::span<const int> prompt, int steps, const ch07::SamplingParams& sampling,
+             const std::function<bool(int pos, int token)>& on_token);
+  void send_token_home(int pos);           // *d_token -> pinned slot `pos`, then an event (async)
+  int take_token(int pos);                 // waits for that event, returns the slot's token
   void put_token(int token);               // host -> *d_token (4 bytes, pinned, async)
   const GpuModel& model_;
   Buffers* b_ = nullptr;

@@ -534,11 +534,12 @@ TEST_CASE("per token: one graph launch, no allocation, no device synchronize, 4 
       FAIL("ch08 model (" << ch08::to_string(mode) << "): " << c.bytes_d2h << " bytes device-to-host in "
                           << passes << " tokens; only the token (4 bytes) may come back per token");
     if (mode == ch08::StepMode::Graph) {
-      // The decoder waits once per token (for the 4 bytes) and once at each end of generate().
-      if (c.stream_syncs > std::uint64_t(passes) + 2 || c.event_syncs != 0)
+      // The decoder waits once per token (an event after the 4 bytes) and once at each end of
+      // generate() (the stream).
+      if (c.stream_syncs + c.event_syncs > std::uint64_t(passes) + 2)
         FAIL("ch08 model (graph): rule: replay returns without waiting. "
              << c.stream_syncs << " stream and " << c.event_syncs << " event synchronizations in " << passes
-             << " tokens; the decoder itself waits " << passes + 2
+             << " tokens; the decoder itself waits at most " << passes + 2
              << " times\nhint: StepGraph::replay is one cudaGraphLaunch and nothing else; the caller decides "
                 "when to wait");
       if (launches > sampler + 1.0)
@@ -547,7 +548,8 @@ TEST_CASE("per token: one graph launch, no allocation, no device synchronize, 4 
              << " (cudaGraphLaunch is not a kernel launch): the step's kernels were launched one by one\n"
                 "hint: replay must be cudaGraphLaunch of the instantiated graph, not enqueue_step again");
     } else {
-      const double at_least = 10.0 * layers + 1;  // 7 matvecs + rope + attention + swiglu per layer, classifier
+      // per layer 3 matvecs (qkv, wo, w13), 2 adds + norms, rope, attention, swiglu, w2; the classifier
+      const double at_least = 8.0 * layers + 1;
       CHECK_MESSAGE(launches >= at_least, "ch08 model: the un-graphed step launched only "
                                               << launches << " kernels per token (at least " << at_least
                                               << " expected): is CUPTI counting?");
