@@ -1,16 +1,24 @@
 // Chapter 08, step 2, the FAST build (solutions/08_token_loop/fast/, see NOTES.md): attention
-// in one kernel per step, one block per query head, every stage parallel over the positions.
+// in one kernel per step, one block per query head, and no chain of dependent loads.
 //
-// The reference (../attention.cu) is three kernels, and its weighted sum gives each thread one
-// output element and walks t = 0 .. *pos in a loop: at position 255 that is 256 dependent
-// trips through L2 per thread, per layer. Here the block's 8 warps split the positions
-// between them (warp w takes t = w, w + 8, ...), each lane keeps up to 4 output elements in
-// registers, and the 8 partial sums meet in shared memory at the end. Same arithmetic as the
-// reference (max first, exp(s - max), one division by the sum), another summation order.
+// At batch 1 a head's attention is a few kilobytes of the cache, read from L2: the time is
+// not bytes, it is how many L2 round trips happen one after another. The reference
+// (../attention.cu) pays them in series: three kernels, a warp sum per score, and a weighted
+// sum in which each thread walks t = 0 .. *pos. Here every stage issues its loads together:
+//   1. scores: a thread per position (t = tid, tid + 256, ...) computes the whole dot product
+//      of q_h with its key row, 16-byte loads, all independent;
+//   2. the max and the sum of exp(s - max): two block reductions;
+//   3. the weighted sum: the threads form `groups` x `cols` (cols = the head's 16-byte
+//      columns), each group accumulates its share of the positions (t = group, group +
+//      groups, ...) for one column, and the groups' partial sums meet in shared memory.
+// Same arithmetic as the reference (max first, exp(s - max), one division by the sum at the
+// end), another summation order.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "token_loop.cuh"
 #include "wb/check.hpp"
@@ -19,10 +27,9 @@ namespace ch08 {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kPerLane = 4;                    // output elements a lane keeps in registers
-constexpr int kChunk = kWarp * kPerLane;       // output elements per pass (head_size > 128: more passes)
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kMaxGroups = 32;  // step 3: at most this many partial sums per column
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -53,38 +60,64 @@ __device__ float block_sum(float v, float* slots) {
   return r;
 }
 
+// T is float4 (the head's rows on 16-byte boundaries) or float (any head_size).
+__device__ __forceinline__ float dot(float a, float b) { return a * b; }
+__device__ __forceinline__ float dot(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+__device__ __forceinline__ void fma_into(float& acc, float e, float v) { acc = fmaf(e, v, acc); }
+__device__ __forceinline__ void fma_into(float4& acc, float e, float4 v) {
+  acc.x = fmaf(e, v.x, acc.x);
+  acc.y = fmaf(e, v.y, acc.y);
+  acc.z = fmaf(e, v.z, acc.z);
+  acc.w = fmaf(e, v.w, acc.w);
+}
+__device__ __forceinline__ void add_into(float& a, float b) { a += b; }
+__device__ __forceinline__ void add_into(float4& a, float4 b) {
+  a.x += b.x;
+  a.y += b.y;
+  a.z += b.z;
+  a.w += b.w;
+}
+__device__ __forceinline__ float scaled(float a, float s) { return a * s; }
+__device__ __forceinline__ float4 scaled(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+template <typename T> __device__ __forceinline__ T zero();
+template <> __device__ __forceinline__ float zero<float>() { return 0.0f; }
+template <> __device__ __forceinline__ float4 zero<float4>() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
 }  // namespace
 
 // In ch08::kernels, like the reference's kernels: the coverage check looks there.
 namespace kernels {
 
+// grid n_heads, kThreads threads. T-columns: head_size / (floats per T).
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_fast_kernel(float* out, const float* q, const float* key_cache,
-                          const float* value_cache, float* scores, int n_heads, int n_kv_heads,
-                          int head_size, int seq_len, const int* pos) {
+    attention_fast_kernel(float* out, const float* q, const float* key_cache, const float* value_cache,
+                          float* scores, int n_heads, int n_kv_heads, int head_size, int seq_len,
+                          const int* pos) {
+  __shared__ T partial[kThreads];
   __shared__ float slots[kWarps];
-  __shared__ float partial[kWarps][kChunk];
   const int h = blockIdx.x, p = *pos;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const std::size_t kv_dim = std::size_t(n_kv_heads) * head_size;
-  const std::size_t g_off = std::size_t(h / (n_heads / n_kv_heads)) * head_size;
-  const float* qh = q + std::size_t(h) * head_size;
+  const int width = int(sizeof(T) / sizeof(float));
+  const int cols = head_size / width;  // T-columns of a head row
+  const std::size_t row_stride = std::size_t(n_kv_heads) * head_size / width;  // in T
+  const std::size_t g_off = std::size_t(h / (n_heads / n_kv_heads)) * cols;     // in T
+  const T* qh = reinterpret_cast<const T*>(q) + std::size_t(h) * cols;  // every thread reads all of it: L1
+  const T* keys = reinterpret_cast<const T*>(key_cache) + g_off;
+  const T* values = reinterpret_cast<const T*>(value_cache) + g_off;
   float* s = scores + std::size_t(h) * seq_len;
   const float scale = 1.0f / sqrtf(float(head_size));
 
-  // 1. Scores: a warp per position, lanes over the head's elements (coalesced key reads).
-  for (int t = warp; t <= p; t += kWarps) {
-    const float* key = key_cache + std::size_t(t) * kv_dim + g_off;
-    float dot = 0.0f;
-    for (int i = lane; i < head_size; i += kWarp) dot += qh[i] * key[i];
-    dot = warp_sum(dot);
-    if (lane == 0) s[t] = dot * scale;
-  }
-  __syncthreads();  // every warp's scores, visible to the block
-
-  // 2. Max, exp(s - max) in place, and the sum (>= 1: the max's own term is 1).
+  // 1. Scores, a thread per position; the row's loads do not wait for each other.
   float m = -INFINITY;
-  for (int t = threadIdx.x; t <= p; t += kThreads) m = fmaxf(m, s[t]);
+  for (int t = threadIdx.x; t <= p; t += kThreads) {
+    const T* key = keys + std::size_t(t) * row_stride;
+    float d = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < cols; ++c) d += dot(qh[c], key[c]);
+    s[t] = d * scale;
+    m = fmaxf(m, d * scale);
+  }
+  // 2. Max, exp(s - max) in place (each thread its own positions), the sum (>= 1).
   m = block_max(m, slots);
   float sum = 0.0f;
   for (int t = threadIdx.x; t <= p; t += kThreads) {
@@ -92,28 +125,25 @@ __global__ void __launch_bounds__(kThreads)
     s[t] = e;
     sum += e;
   }
-  sum = block_sum(sum, slots);  // its barriers also publish the exp values to every warp
+  sum = block_sum(sum, slots);  // its barriers also publish every thread's exp values
   const float inv_sum = 1.0f / sum;
 
-  // 3. out_h = sum_t e_t V[t, g] / sum: warps split t, lanes hold kPerLane elements each.
-  for (int i0 = 0; i0 < head_size; i0 += kChunk) {
-    float acc[kPerLane] = {};
-    for (int t = warp; t <= p; t += kWarps) {
-      const float e = s[t];
-      const float* value = value_cache + std::size_t(t) * kv_dim + g_off;
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int i = i0 + lane + k * kWarp;
-        if (i < head_size) acc[k] = fmaf(e, value[i], acc[k]);
-      }
+  // 3. out_h = sum_t e_t V[t] / sum: groups x chunk threads, a group per share of positions.
+  for (int c0 = 0; c0 < cols; c0 += kThreads) {
+    const int chunk = min(cols - c0, kThreads);
+    const int groups = min(kThreads / chunk, kMaxGroups);
+    const int col = threadIdx.x % chunk, group = threadIdx.x / chunk;
+    if (group < groups) {
+      T acc = zero<T>();
+#pragma unroll 4
+      for (int t = group; t <= p; t += groups) fma_into(acc, s[t], values[std::size_t(t) * row_stride + c0 + col]);
+      partial[group * chunk + col] = acc;
     }
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) partial[warp][lane + k * kWarp] = acc[k];
     __syncthreads();
-    for (int j = threadIdx.x; j < kChunk && i0 + j < head_size; j += kThreads) {
-      float total = 0.0f;
-      for (int w = 0; w < kWarps; ++w) total += partial[w][j];
-      out[std::size_t(h) * head_size + i0 + j] = total * inv_sum;
+    if (threadIdx.x < chunk) {
+      T total = partial[threadIdx.x];
+      for (int g = 1; g < groups; ++g) add_into(total, partial[g * chunk + threadIdx.x]);
+      reinterpret_cast<T*>(out)[std::size_t(h) * cols + c0 + threadIdx.x] = scaled(total, inv_sum);
     }
     __syncthreads();  // `partial` is rewritten by the next chunk
   }
@@ -121,13 +151,28 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace kernels
 
+namespace {
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+template <typename T>
+void launch(float* out, const float* q, const float* key_cache, const float* value_cache, float* scores,
+            int n_heads, int n_kv_heads, int head_size, int seq_len, const int* pos, cudaStream_t stream) {
+  kernels::attention_fast_kernel<T><<<n_heads, kThreads, 0, stream>>>(
+      out, q, key_cache, value_cache, scores, n_heads, n_kv_heads, head_size, seq_len, pos);
+}
+}  // namespace
+
 void attention(float* out, const float* q, const float* key_cache, const float* value_cache,
                float* scores, int n_heads, int n_kv_heads, int head_size, int seq_len,
                const int* pos, cudaStream_t stream) {
   check_attention_args(out, q, key_cache, value_cache, scores, n_heads, n_kv_heads, head_size,
                        seq_len, pos);
-  kernels::attention_fast_kernel<<<n_heads, kThreads, 0, stream>>>(out, q, key_cache, value_cache, scores,
-                                                          n_heads, n_kv_heads, head_size, seq_len, pos);
+  // 16-byte loads when every head row starts on a 16-byte boundary: head_size % 4 == 0 (so
+  // kv_dim too) and the four pointers aligned. Otherwise single floats, the same kernel.
+  if (head_size % 4 == 0 && aligned16(out) && aligned16(q) && aligned16(key_cache) && aligned16(value_cache))
+    launch<float4>(out, q, key_cache, value_cache, scores, n_heads, n_kv_heads, head_size, seq_len, pos, stream);
+  else
+    launch<float>(out, q, key_cache, value_cache, scores, n_heads, n_kv_heads, head_size, seq_len, pos, stream);
   WB_CHECK_LAUNCH("attention_fast_kernel");
 }
 
