@@ -49,6 +49,11 @@ nlohmann::json stage_json(const ch08::StageTimes& s) {
           {"total", s.total_us()}};
 }
 
+nlohmann::json stage_nodes_json(const ch08::StageTimes& s) {
+  return {{"embed_norm", s.embed_norm_nodes}, {"matvec", s.matvec_nodes}, {"rope", s.rope_nodes},
+          {"attention", s.attention_nodes},   {"swiglu", s.swiglu_nodes}, {"sampler", s.sampler_nodes}};
+}
+
 void print_row(const std::string& variant, double tps, double cpu_tps, double roofline) {
   std::printf("  %-16s %10.1f %10s %10s\n", variant.c_str(), tps,
               cpu_tps > 0 ? (std::to_string(tps / cpu_tps).substr(0, 6) + "x").c_str() : "-",
@@ -118,6 +123,7 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
                           " (the mean position of the timed run), event-timed; the greedy sampler likewise "
                           "(the same for both modes)";
       m["stage_position"] = stage_position;
+      m["stage_nodes"] = stage_nodes_json(stages);
       m["breakdown_us"] = {{"alloc", 0.0}, {"h2d", 0.0}, {"kernel", 1e6 / tps}, {"d2h", 0.0}, {"free", 0.0}};
       m["breakdown_method"] =
           "the whole token (step, sampler, the 4-byte token copy back) under 'kernel': 1e6 / tokens_per_s";

@@ -541,20 +541,24 @@ StageTimes GpuDecoder::measure_stages(int position, int replays) {
   replays = std::max(replays, 1);
   WB_CUDA(cudaStreamSynchronize(stream_));
   WB_CUDA(cudaMemcpy(b_->pos, &position, sizeof(int), cudaMemcpyHostToDevice));  // stage graphs keep it
-  auto stage = [&](Stage st) {
-    return time_graph_us(stream_, replays, [this, st](cudaStream_t s) { enqueue_step(s, st); });
-  };
   StageTimes t;
-  t.embed_norm_us = stage(kEmbedNorm);
-  t.matvec_us = stage(kMatvec);
-  t.rope_us = stage(kRope);
-  t.attention_us = stage(kAttention);
-  t.swiglu_us = stage(kSwiglu);
+  auto stage = [&](Stage st, double& us, int& nodes) {
+    auto enqueue = [this, st](cudaStream_t s) { enqueue_step(s, st); };
+    nodes = count_nodes(stream_, enqueue);
+    us = time_graph_us(stream_, replays, enqueue);
+  };
+  stage(kEmbedNorm, t.embed_norm_us, t.embed_norm_nodes);
+  stage(kMatvec, t.matvec_us, t.matvec_nodes);
+  stage(kRope, t.rope_us, t.rope_nodes);
+  stage(kAttention, t.attention_us, t.attention_nodes);
+  stage(kSwiglu, t.swiglu_us, t.swiglu_nodes);
   const ch07::SamplingParams greedy{0.0f, 0, 1.0f, 0, 0};
-  t.sampler_us = time_graph_us(stream_, replays, [this, &greedy](cudaStream_t s) {
+  auto sample = [this, &greedy](cudaStream_t s) {
     ch07::sample_fused(b_->logits, 1, model_.config().vocab_size, greedy, b_->token, b_->confidence,
                        b_->workspace, b_->workspace_bytes, s);
-  });
+  };
+  t.sampler_nodes = count_nodes(stream_, sample);
+  t.sampler_us = time_graph_us(stream_, replays, sample);
   reset();
   WB_CUDA(cudaStreamSynchronize(stream_));
   return t;

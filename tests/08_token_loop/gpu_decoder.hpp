@@ -86,12 +86,15 @@ const char* to_string(StepMode mode);
 // replayed). The one-thread kernel that advances the position is in no stage.
 struct StageTimes {
   double embed_norm_us = 0;   // embedding row, RMSNorms and fused residual adds
-  double matvec_us = 0;       // every matvec (q, k, v, o, w1, w3, w2, classifier)
+  double matvec_us = 0;       // every matvec (qkv, o, w13, w2, classifier)
   double rope_us = 0;         // RoPE + cache append
   double attention_us = 0;
   double swiglu_us = 0;
   double sampler_us = 0;
   double total_us() const;
+  // The launches (graph nodes) of each stage in one step, counted from its graph.
+  int embed_norm_nodes = 0, matvec_nodes = 0, rope_nodes = 0, attention_nodes = 0, swiglu_nodes = 0,
+      sampler_nodes = 0;
 };
 
 class GpuDecoder {

@@ -558,3 +558,38 @@ TEST_CASE("per token: one graph launch, no allocation, no device synchronize, 4 
   MESSAGE("host kernel launches per token: step by step " << per_token[0] << ", graph " << per_token[1]
                                                           << " (the sampler: " << sampler << ")");
 }
+
+// ---- The bench's stage breakdown ---------------------------------------------------------------
+
+TEST_CASE("measure_stages: every launch of a step is in exactly one stage, and decoding is unchanged after it") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("WB_DEBUG_SYNC=1: measure_stages captures graphs, which a synchronize after every "
+                              "launch breaks");
+    return;
+  }
+  const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
+  const int layers = m.config().n_layers;
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  const std::vector<int> bos{Tokenizer::kBos};
+  const int steps = steps_for(24);
+  const std::vector<int> before = dec.generate(bos, steps, kGreedy);
+  const ch08::StageTimes t = dec.measure_stages(m.config().seq_len / 2, 3);
+  // The stages partition the step; only the one-thread kernel that advances *pos is in none.
+  const int staged = t.embed_norm_nodes + t.matvec_nodes + t.rope_nodes + t.attention_nodes + t.swiglu_nodes;
+  CHECK_MESSAGE(staged == dec.step_nodes() - 1, "ch08 measure_stages: the stages hold "
+                                                    << staged << " launches, the step " << dec.step_nodes()
+                                                    << " (all but the position's advance should be in one stage)");
+  CHECK(t.matvec_nodes == 4 * layers + 1);      // qkv, wo, w13, w2 per layer; the classifier
+  CHECK(t.embed_norm_nodes == 2 + 2 * layers);  // embedding, first norm; two adds + norms per layer
+  CHECK(t.rope_nodes >= layers);
+  CHECK(t.attention_nodes >= layers);
+  CHECK(t.swiglu_nodes >= layers);
+  CHECK(t.sampler_nodes == dec.sampler_nodes());
+  for (double us : {t.embed_norm_us, t.matvec_us, t.rope_us, t.attention_us, t.swiglu_us, t.sampler_us})
+    CHECK(us > 0.0);
+  CHECK(dec.position() == 0);
+  const std::vector<int> after = dec.generate(bos, steps, kGreedy);
+  CHECK_MESSAGE(after == before, "ch08 measure_stages: greedy decoding after it differs from before it");
+}
