@@ -426,7 +426,7 @@ def ladder(results: ResultsSet, build: str = "solution", shape: str = LADDER_SHA
 CAPSTONE_CHAPTER = "08"
 CAPSTONE_VARIANTS = ("08_step_by_step", "08_graph")
 CAPSTONE_SHAPES = ("synthetic-110m", "stories260K")
-STAGE_KEY = "stage_us"  # µs per token of one un-graphed step, by stage (event-timed)
+STAGE_KEY = "stage_us"  # µs per step by stage: each stage's launches as a graph of their own, replayed
 STAGE_ORDER = ("embed_norm", "matvec", "rope", "attention", "swiglu", "sampler")
 STAGE_TOTAL = "total"   # the bench's sum of the stages: not a stage of its own
 WEIGHT_BYTES_KEY = "weight_bytes_per_token"
@@ -501,8 +501,9 @@ def capstone_rows(results: ResultsSet, shape: str, build: str = "solution") -> l
 
 def capstone_stages(results: ResultsSet, shape: str = LADDER_SHAPE, build: str = "solution") -> list:
     """(variant, {stage: µs per token}, entry, file) of the chapter 08 entries of one model
-    that carry STAGE_KEY; stages in STAGE_ORDER, then any others the bench added. The stages
-    are those of one un-graphed step, so an entry that repeats an earlier one's is left out."""
+    that carry STAGE_KEY; stages in STAGE_ORDER, then any others the bench added. The bench
+    measures the stages once per model and writes them into both modes' entries, so an entry
+    that repeats an earlier one's is left out."""
     f = results.get(CAPSTONE_CHAPTER, build)
     if f is None:
         return []

@@ -6,11 +6,11 @@
 //
 //   x = embedding[token]                                   (token read from device memory)
 //   per layer:  h = RMSNorm(x)                             chapter 06 (fused with the add)
-//               q, k, v = Wq h, Wk h, Wv h                 chapter 01's matvec
+//               q, k, v = [Wq; Wk; Wv] h                   chapter 01's matvec (rows packed)
 //               rope_and_append(q, k, v -> caches at pos)  THIS CHAPTER, step 1
 //               a = attention(q, caches, 0..pos)           THIS CHAPTER, step 2 (ch 04's softmax)
 //               x = x + Wo a; h = RMSNorm(x)               chapter 06's fused add + norm
-//               g = swiglu(W1 h, W3 h)                     THIS CHAPTER, step 3
+//               g = swiglu([W1; W3] h)                     THIS CHAPTER, step 3 (after one matvec)
 //               x = x + W2 g                               (fused with the next layer's norm)
 //   logits = Wcls RMSNorm(x); token = sample(logits)       chapters 01, 06, 07
 //
@@ -79,9 +79,9 @@ void swiglu(float* out, const float* gate, const float* up, int n, cudaStream_t 
 
 // ---- Step 4: the step as a CUDA graph ------------------------------------------------------
 //
-// A decoding step of a 12-layer model is ~170 small kernels; launched one by one, the CPU's
-// launch calls (a few microseconds each) take longer than the kernels. A CUDA graph records
-// them once and replays them with one launch.
+// A decoding step of a 12-layer model is over a hundred small kernels; launched one by one,
+// the CPU's launch calls (a few microseconds each) take longer than the kernels. A CUDA graph
+// records them once and replays them with one launch.
 class StepGraph {
  public:
   StepGraph() = default;
