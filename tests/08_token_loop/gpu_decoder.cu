@@ -105,7 +105,7 @@ double time_graph_us(cudaStream_t stream, int replays, F&& enqueue) {
   return 1e3 * double(ms) / replays;
 }
 
-enum Stage { kAllStages = -1, kEmbedNorm, kMatvec, kRope, kAttention, kSwiglu, kSampler };
+enum Stage { kAllStages = -1, kEmbedNorm, kMatvec, kRope, kAttention, kSwiglu };
 
 }  // namespace
 
