@@ -188,7 +188,7 @@ std::string sanitize_chapter(const Chapter& chapter, const TestRun& gate, const 
              << (tool == "racecheck" ? " (each test case on its own, " + std::to_string(jobs) + " at a time)" : "")
              << " ..." << std::endl;
     TestRunOptions t = gate_options;
-    t.limits.timeout_s = std::max(1200.0, 10 * gate_options.limits.timeout_s);  // per racecheck case
+    t.limits.timeout_s = std::max(kDefaultSanitizerTimeoutS, 10 * gate_options.limits.timeout_s);  // per racecheck case
     const SanitizerResult r = run_sanitizer_tool(tool, t, jobs, case_names(gate));
     const fs::path log = scratch / (chapter.id + "-sanitizer-" + tool + ".log");
     write_text_atomic(log, r.output);

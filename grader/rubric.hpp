@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "grader/chapters.hpp"
+#include "grader/sanitize.hpp"  // kDefaultSanitizerTimeoutS
 
 namespace wb::grader {
 
@@ -51,7 +52,7 @@ struct Rubric {
   std::map<std::string, ChapterRubric> chapters;  // already merged with the defaults
   GradingLimits limits;
   double sanitizer_penalty = 0;                   // fraction of correctness points lost
-  double sanitizer_timeout_s = 1200;               // per run (racecheck: per test case)
+  double sanitizer_timeout_s = kDefaultSanitizerTimeoutS;  // per run (racecheck: per test case)
   int sanitizer_jobs = 0;                          // racecheck runs at a time; 0: default_sanitizer_jobs()
   std::vector<std::string> sanitizer_tools = {"memcheck", "racecheck"};
   std::string visibility = "visible";             // Gradescope test visibility

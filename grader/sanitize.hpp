@@ -24,6 +24,11 @@ struct SanitizerResult {
 // compute-sanitizer on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin; empty when absent.
 std::filesystem::path find_compute_sanitizer();
 
+// The time limit of one sanitizer run (racecheck: of one test case) unless the rubric says
+// otherwise: on the H200 at b4c5d82, 14 at a time, chapter 07's two slowest racecheck cases
+// took 956 s and 975 s.
+inline constexpr double kDefaultSanitizerTimeoutS = 1200;
+
 // Runs the test binary `base` describes under `tool`. Without compute-sanitizer the result
 // says so in `problem` (ran = false).
 //
