@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "add_norm.cuh"  // chapter 06
@@ -215,7 +216,6 @@ struct GpuDecoder::Buffers {
   float* confidence = nullptr;       // the sampler's (unused here)
   int* pos = nullptr;                // the position of the next step (device)
   int* token = nullptr;              // the token of the next step (device)
-  int* host_token = nullptr;         // pinned: the token coming back (fetch_token)
   int* host_tokens = nullptr;        // pinned: sampled tokens coming back, one slot per position
   cudaEvent_t token_home[2] = {nullptr, nullptr};  // after the copy of an even / odd position
   int* host_prompt = nullptr;        // pinned: forced tokens going in, one slot per position
@@ -230,7 +230,6 @@ struct GpuDecoder::Buffers {
   }
   ~Buffers() {
     for (void* p : device_allocs) cudaFree(p);
-    if (host_token) cudaFreeHost(host_token);
     if (host_tokens) cudaFreeHost(host_tokens);
     for (cudaEvent_t e : token_home)
       if (e) cudaEventDestroy(e);
@@ -260,7 +259,6 @@ GpuDecoder::GpuDecoder(const GpuModel& model) : model_(model) {
     b_->confidence = b_->alloc<float>(1);
     b_->pos = b_->alloc<int>(1);
     b_->token = b_->alloc<int>(1);
-    WB_CUDA(cudaMallocHost(&b_->host_token, sizeof(int)));
     WB_CUDA(cudaMallocHost(&b_->host_tokens, std::size_t(c.seq_len) * sizeof(int)));
     for (cudaEvent_t& e : b_->token_home) WB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     WB_CUDA(cudaMallocHost(&b_->host_prompt, std::size_t(c.seq_len) * sizeof(int)));
@@ -327,11 +325,11 @@ void GpuDecoder::enqueue_step(cudaStream_t s, int only) {
     if (want(kMatvec)) ch01::launch_matvec(y, x, W_device, n, d, s);
   };
   auto add_norm = [&](const float* x, const float* delta, float* sum, const float* weight_host) {
+    if (!want(kEmbedNorm)) return;
     ch06::NormParams p;
     p.norm = ch06::Norm::RMSNorm;
     p.weight = model_.device(weight_host);
     p.eps = kRmsEps;
-    if (!want(kEmbedNorm)) return;
     if (delta) ch06::add_norm_fused(x, delta, sum, b.xb, 1, dim, p, s);  // sum = x + delta; xb = norm(sum)
     else ch06::norm_rows(x, b.xb, 1, dim, p, s);                         // xb = norm(x)
   };
@@ -404,12 +402,6 @@ void GpuDecoder::enqueue_sample(const ch07::SamplingParams& sampling) {
                      b_->workspace, b_->workspace_bytes, stream_);
 }
 
-int GpuDecoder::fetch_token() {
-  WB_CUDA(cudaMemcpyAsync(b_->host_token, b_->token, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  WB_CUDA(cudaStreamSynchronize(stream_));
-  return *b_->host_token;
-}
-
 void GpuDecoder::put_token(int token) {
   const int vocab = model_.config().vocab_size;
   if (token < 0 || token >= vocab)
@@ -474,15 +466,14 @@ int GpuDecoder::decode(std::span<const int> prompt, int steps, const ch07::Sampl
       host_launches += sampler_nodes_;
       send_token_home(pos);
     }
-    // Step pos is enqueued: now the host looks at the token of the step before it.
-    if (pending >= 0 && !on_token(pending, take_token(pending))) {
-      pending = -1;
-      break;  // the step just enqueued is wasted
-    }
+    // Step pos is enqueued: now the host looks at the token of the step before it, except
+    // after the first step, whose own token it waits for (no lag: see generate()).
+    int ready = pending;
     pending = forced ? -1 : pos;
-    if (pos == 0 && pending == 0) {  // the first step: no lag (see generate())
+    if (pos == 0) std::swap(ready, pending);
+    if (ready >= 0 && !on_token(ready, take_token(ready))) {
       pending = -1;
-      if (!on_token(0, take_token(0))) break;
+      break;  // the step just enqueued, if any, is wasted
     }
   }
   if (pending >= 0) (void)on_token(pending, take_token(pending));

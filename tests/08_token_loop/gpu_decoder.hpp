@@ -169,7 +169,6 @@ class GpuDecoder {
   void enqueue_step(cudaStream_t stream, int only = -1);
   void run_step();                         // checks the position, enqueue_step or the graph's replay
   void enqueue_sample(const ch07::SamplingParams& sampling);  // logits -> *d_token
-  int fetch_token();                       // *d_token -> host (4 bytes), waits for the stream
   // The loop of generate() and measure_tokens_per_s(): from position 0, `steps` forward
   // passes (prompt forced, then sampled), on_token(pos, token) for every sampled token, one
   // step behind the device; on_token returning false stops it. Returns the passes run.

@@ -15,7 +15,6 @@
 // end), another summation order.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
