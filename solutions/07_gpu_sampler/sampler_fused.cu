@@ -14,16 +14,19 @@
 // clusters): each block owns a contiguous slice of the row, keeps it in shared memory after
 // the first read, and the blocks of a row talk through distributed shared memory (each reads
 // the others' shared memory) with cluster.sync() as the barrier. The row is read from device
-// memory once; every later pass reads shared memory. 16 rows of 151936 are 128 blocks of
-// 512 threads, two per SM (kBlocksPerSM: 64 registers a thread, all of the SM's shared
-// memory as shared memory), so all 16 clusters run at once; a block per row would use 16
-// SMs of 132. (At one block per SM an H200 holds 15 clusters of 8: the 16th row waited
-// for a second wave, which doubled the time in the development runs.)
+// memory once; every later pass reads shared memory, 16 bytes (4 entries) per load. 16 rows
+// of 151936 are 128 blocks of 512 threads, two per SM (kBlocksPerSM: 64 registers a
+// thread, all of the SM's shared memory as shared memory), so all 16 clusters run at once;
+// a block per row would use 16 SMs of 132. (At one block per SM an H200 holds 15 clusters
+// of 8: the 16th row waited for a second wave, which doubled the time in the development
+// runs.)
 //
 // WHAT A ROW GOES THROUGH.
-//   1. Statistics, one pass: the max, the softmax denominator Z = sum exp((x - max) / T)
-//      kept "online" (chapter 04), whether the row has a NaN or +inf, how many entries are
-//      not -inf.
+//   1. Statistics. While the slice is copied in: the max, whether the row has a NaN or
+//      +inf, how many entries are not -inf (a compare per entry). Then, in stage 1's pass
+//      (below), the softmax denominator Z = sum exp((x - max) / T): the max is known by then,
+//      so Z needs no online rescaling (chapter 04), and each entry's exp serves both Z and
+//      the histogram's mass.
 //   2. Every later question is "which token sits at position n of the sorted order?"
 //      (probability descending, ties by lower index) for some n defined by a running sum:
 //        top-k:  the smallest n whose COUNT reaches k,
@@ -41,8 +44,9 @@
 // in the bins up to the one holding the last position any selection can reach (position k
 // with top-k; the top-p cut without it). When they are few (at most kGatherCapacity: a top-k
 // of 50 is a few hundred), every block sends those entries to the row's first block (the
-// leader) through distributed shared memory, and the leader sorts them (by counting)
-// and walks the sorted list once for top-k, top-p and the draw. Only when they are too many
+// leader) through distributed shared memory, and the leader sorts them (each into its
+// stage-1 bin's place, which the histogram gives, then ranked within the bin) and walks the
+// sorted list once for top-k, top-p and the draw. Only when they are too many
 // (a flat row, top-p 0.99, no filter at all) do the selections refine as described next.
 //
 // THE HISTOGRAMS. The first (stage 1) bins every entry by d = (max - x) / T, 8 bins per
@@ -70,16 +74,18 @@
 // (50); the slice copied to shared memory with all its loads in flight (memcpy_async), the
 // entries that matter gathered to the leader, masses added as two 32-bit words: 79 us (27);
 // two blocks per SM (one wave of clusters), a counting sort in the leader, count-only
-// stage 1 under top-k: 42 us (21). Where it still goes: ncu shows each block busy about
-// two thirds of the kernel at a quarter of the SM's warps; the next steps are fewer
-// cluster barriers (stage 1 and the statistics in one pass, with the histogram bins
-// rescaled per block), 16-block clusters for fewer entries per block, and, for top-p
-// without top-k, mass atomics without a returned value (fixed-point limbs).
+// stage 1 under top-k: 42 us (21). Then each phase timed with clock64() in a row's leader
+// (top-k 50 + top-p 0.9, 16 x 151936): the statistics pass, with an exp and a branch per
+// entry for the online Z, 7.1 us; a loop in which every thread added up the 256 bins'
+// masses, 2.8 us; and, under top-p alone, the leader's counting sort, n^2 / threads
+// compares, most of a row's time once it gathered a few hundred entries. Now the max rides
+// on the copy-in, Z on stage 1's exp, the total is one warp's sum, the slice is read 16
+// bytes at a time and the entries are sorted by stage-1 bin: 26 us (top-p 0.9 alone at
+// 256 x 151936: 244 us, from 510). 16-block clusters (non-portable) were tried: slower.
 //
 // BAD ROWS (the contract's rule 5): a NaN or +inf anywhere, or every entry -inf, gives
 // token -1 and confidence NaN. -inf entries are masked: weight 0, never counted by top-k.
 #include <cooperative_groups.h>
-#include <cooperative_groups/memcpy_async.h>
 #include <cuda_runtime.h>
 
 #include <cub/block/block_reduce.cuh>
@@ -111,6 +117,7 @@ constexpr float kBinsPerUnit = 8.0f;        // stage 1: bins per unit of d = (ma
 constexpr int kListCapacity = 2048;         // entries of the chosen bin one block lists
 constexpr int kGatherCapacity = 2048;       // entries the leader sorts (the short way)
 constexpr int kGatherPerThread = kGatherCapacity / kThreads;
+constexpr int kCopyUnroll = 8;              // 16-byte loads in flight per thread (the copy-in)
 constexpr int kMaxCachedSliceBytes = 80 * 1024;  // a slice larger than this is re-read
                                                  // (two blocks per SM: see kBlocksPerSM)
 
@@ -135,7 +142,7 @@ __device__ __forceinline__ float key_to_float(unsigned key) {
 struct RowScale {
   float max;         // the row's max logit
   float inv_t;       // 1 / T, capped so that 0 * inv_t is 0
-  float log2e_inv_t; // log2(e) / T, for exp2f
+  float log2e_inv_t; // log2(e) / T, for entry_weight
   float fixed_one;   // 2^s: the fixed-point value of weight 1
 };
 
@@ -147,9 +154,30 @@ __device__ __forceinline__ int stage1_bin(float x, const RowScale& s) {
   return static_cast<int>(fminf(d * kBinsPerUnit, static_cast<float>(kTailBin)));
 }
 
+// An entry's weight exp((x - max) / T) = 2^((x - max) log2(e) / T), at most 1: the term of Z
+// and, in fixed point, of every mass. The hardware's exp2 (MUFU.EX2) alone, results below
+// 2^-126 flushed to 0 (.ftz): exp2f() keeps them (denormals), at the cost of extra
+// instructions around MUFU.EX2 on every entry, and they are 0 in fixed point anyway
+// (2^-126 x 2^s rounds to 0) and add nothing to Z, which is at least 1 (the max's own term).
+__device__ __forceinline__ float entry_weight(float x, const RowScale& s) {
+  float w;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"((x - s.max) * s.log2e_inv_t));
+  return w;
+}
+
+// The confidence of a token whose logit is x (rule 3): its probability under softmax(logits /
+// T), with the same exp as Z's terms.
+__device__ __forceinline__ float confidence_of(float x, const RowScale& s, float z) {
+  return entry_weight(x, s) / z;
+}
+
 // Fixed-point weight exp((x - max) / T) * 2^s: at most 2^s, summed exactly as integers.
+// Every pass computes it with these expressions, so an entry always gets the same weight.
+__device__ __forceinline__ u64 fixed_weight_of(float weight, const RowScale& s) {
+  return __float2ull_rn(weight * s.fixed_one);
+}
 __device__ __forceinline__ u64 fixed_weight(float x, const RowScale& s) {
-  return __float2ull_rn(exp2f((x - s.max) * s.log2e_inv_t) * s.fixed_one);
+  return fixed_weight_of(entry_weight(x, s), s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -162,6 +190,7 @@ struct BlockHistogram {
   unsigned count[kBins];
   unsigned mass_lo[kBins];
   unsigned mass_hi[kBins];
+  float z;  // stage 1: sum exp((x - max) / T) over the block's slice (a fixed-order float sum)
 };
 
 __device__ __forceinline__ void add_to_bin(BlockHistogram& h, int bin, unsigned count, u64 mass) {
@@ -177,13 +206,14 @@ __device__ __forceinline__ void add_to_bin(BlockHistogram& h, int bin, unsigned 
 struct Histogram {
   unsigned count[kBins];
   u64 mass[kBins];
+  u64 total;  // stage 1: the row's whole mass (the sum of mass[])
+  float z;    // stage 1: the softmax denominator Z, the blocks' z added in rank order
 };
 
 // What one block tells the others of its row at an exchange (only some fields are used at
 // each exchange).
 struct Summary {
-  float max;          // statistics
-  float z;            //   sum exp((x - max) / T) over the block's slice
+  float max;          // statistics (Z comes later, with the stage-1 histogram)
   unsigned valid;     //   entries that are not -inf
   int bad;            //   a NaN or +inf seen
   unsigned min_key;   // the chosen bin's smallest and largest key
@@ -204,12 +234,15 @@ struct Shared {
   Histogram stage1;        // the row's stage-1 histogram (all blocks combined)
   Histogram refined;       // the row's histogram of the current refinement pass
   Summary peers[kClusterSize];
+  float warp_z[kThreads / 32];  // stage 1: each warp's part of the block's z
   union {
     unsigned list[kListCapacity];  // the long way: slice positions of the chosen bin's entries
     u64 gathered[kGatherCapacity]; // the short way, leader: (key << 32 | ~column) of entries
   } pool;
   unsigned list_size;
   unsigned gathered_count;   // leader: how many entries the blocks have sent
+  unsigned bin_start[kBins]; // leader: where each stage-1 bin's gathered entries go
+  unsigned bin_fill[kBins];  //   and how many have been placed there
   struct {
     int index;             // select_in_histogram's answer
     u64 count_before, mass_before;
@@ -230,22 +263,35 @@ struct Slice {
   const float* x;   // shared-memory copy, or the logits themselves when too long to copy
   int begin;        // column of x[0]
   int size;         // entries in this slice (0 for the last blocks of a very short row)
+  bool cached;      // x is the shared-memory copy (16-byte aligned)
 };
+
+// The passes over a slice read it in groups of 4 consecutive entries, group g = entries
+// 4g .. 4g+3, thread t taking groups t, t + kThreads, ...: from shared memory one 16-byte
+// load per group (a quarter of the load instructions, and the 4 entries' arithmetic is
+// independent, so it overlaps). Entries past the slice's end read as -inf: masked, so every
+// pass ignores them. A slice read from device memory (too long to cache) is read one entry
+// at a time: its alignment depends on the row.
+__device__ __forceinline__ int slice_groups(const Slice& slice) { return (slice.size + 3) / 4; }
+
+__device__ __forceinline__ void load_group(const Slice& slice, int g, float (&x)[4]) {
+  const int first = 4 * g;
+  if (slice.cached && first + 4 <= slice.size) {
+    const float4 v = reinterpret_cast<const float4*>(slice.x)[g];
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    return;
+  }
+  for (int j = 0; j < 4; ++j) x[j] = first + j < slice.size ? slice.x[first + j] : -INFINITY;
+}
 
 // ------------------------------------------------------------------------------------------
 // Reductions and exchanges.
 
-__device__ Summary combine_stats(const Summary& a, const Summary& b, float inv_t) {
+__device__ Summary combine_stats(const Summary& a, const Summary& b) {
   Summary r = a;
   r.bad = a.bad | b.bad;
   r.valid = a.valid + b.valid;
-  if (b.valid == 0) return r;
-  if (a.valid == 0) {
-    r.max = b.max, r.z = b.z;
-    return r;
-  }
-  r.max = fmaxf(a.max, b.max);
-  r.z = a.z * expf((a.max - r.max) * inv_t) + b.z * expf((b.max - r.max) * inv_t);
+  r.max = fmaxf(a.max, b.max);  // -inf where neither has seen a valid entry
   return r;
 }
 
@@ -261,9 +307,11 @@ __device__ void exchange_summaries(cg::cluster_group& cluster, Shared& sh, const
   parity ^= 1;
 }
 
-// Adds every block's published histogram into `row`, bin by bin, in rank order.
+// Adds every block's published histogram into `row`, bin by bin, in rank order (the
+// masses only if the histogram has them: a remote read costs as much as a barrier's share).
+// Stage 1 (with_totals) also adds the blocks' z in rank order and sums the row's mass.
 __device__ void exchange_histograms(cg::cluster_group& cluster, Shared& sh, Histogram& row,
-                                    int& parity) {
+                                    bool with_mass, bool with_totals, int& parity) {
   cluster.sync();
   for (int bin = threadIdx.x; bin < kBins; bin += kThreads) {
     unsigned count = 0;
@@ -271,12 +319,26 @@ __device__ void exchange_histograms(cg::cluster_group& cluster, Shared& sh, Hist
     for (int r = 0; r < kClusterSize; ++r) {
       const BlockHistogram* peer = cluster.map_shared_rank(&sh.published[parity], r);
       count += peer->count[bin];
-      mass += (static_cast<u64>(peer->mass_hi[bin]) << 32) | peer->mass_lo[bin];
+      if (with_mass) mass += (static_cast<u64>(peer->mass_hi[bin]) << 32) | peer->mass_lo[bin];
     }
     row.count[bin] = count;
     row.mass[bin] = mass;
   }
+  if (with_totals && threadIdx.x == kThreads - 1) {  // a thread the bins above left idle
+    float z = 0.0f;
+    for (int r = 0; r < kClusterSize; ++r)
+      z += cluster.map_shared_rank(&sh.published[parity], r)->z;
+    row.z = z;
+  }
   __syncthreads();
+  if (with_totals && threadIdx.x < 32) {  // integer sums: any order gives the same total
+    u64 total = 0;
+    for (int bin = threadIdx.x; bin < kBins; bin += 32) total += row.mass[bin];
+    for (int offset = 16; offset > 0; offset /= 2)
+      total += __shfl_xor_sync(0xffffffffu, total, offset);
+    if (threadIdx.x == 0) row.total = total;
+  }
+  if (with_totals) __syncthreads();
   parity ^= 1;
 }
 
@@ -399,7 +461,8 @@ __device__ Position select_position(cg::cluster_group& cluster, Shared& sh, cons
       add_to_bin(mine_h, sorted_bin, 1u, fixed_weight(x, scale));
     }
     __syncthreads();
-    exchange_histograms(cluster, sh, sh.refined, hist_parity);
+    exchange_histograms(cluster, sh, sh.refined, /*with_mass=*/true, /*with_totals=*/false,
+                        hist_parity);
     select_in_histogram(sh, sh.refined, by_count, need - (by_count ? count_before : mass_before));
     const int digit = kBins - 1 - sh.pick.index;
     count_before += sh.pick.count_before;
@@ -462,32 +525,42 @@ __device__ int find_column(cg::cluster_group& cluster, Shared& sh, const Slice& 
 
 // Every block sends its entries of stage-1 bins [first_bin, last_bin] to the leader (block
 // 0) as (key << 32 | ~column): sorting those descending gives the contract's order (logit
-// descending, then column ascending). A warp reserves room for its lanes' entries with one
-// remote atomic; the order they land in does not matter, the leader sorts them.
+// descending, then column ascending). They are few (a top-k of 50 sends a few dozen of a
+// row's 151936), so the common case must cost one load and one test per entry: a thread
+// tests its group of 4, and only a warp in which some lane has something to send counts its
+// entries (a warp scan), reserves room in the leader's pool with one remote atomic and
+// writes them there. The order they land in does not matter, the leader sorts them.
 __device__ void send_to_leader(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
                                const RowScale& scale, int first_bin, int last_bin) {
   unsigned* leader_count = cluster.map_shared_rank(&sh.gathered_count, 0);
   u64* leader_pool = cluster.map_shared_rank(sh.pool.gathered, 0);
   const unsigned lane = threadIdx.x % 32;
-  for (int base = 0; base < slice.size; base += kThreads) {  // whole warps, for the ballot
-    const int i = base + static_cast<int>(threadIdx.x);
-    bool send = false;
-    u64 entry = 0;
-    if (i < slice.size) {
-      const float x = slice.x[i];
-      if (!is_masked(x)) {
-        const int bin = stage1_bin(x, scale);
-        send = bin >= first_bin && bin <= last_bin;
-        const unsigned column = static_cast<unsigned>(slice.begin + i);
-        entry = (static_cast<u64>(order_key(x)) << 32) | ~column;
+  const int groups = slice_groups(slice);
+  for (int base = 0; base < groups; base += kThreads) {  // whole warps, for the votes
+    const int g = base + static_cast<int>(threadIdx.x);
+    u64 entries[4];
+    unsigned count = 0;
+    if (g < groups) {
+      float x[4];
+      load_group(slice, g, x);
+      for (int j = 0; j < 4; ++j) {
+        if (is_masked(x[j])) continue;
+        const int bin = stage1_bin(x[j], scale);
+        if (bin < first_bin || bin > last_bin) continue;
+        const unsigned column = static_cast<unsigned>(slice.begin + 4 * g + j);
+        entries[count++] = (static_cast<u64>(order_key(x[j])) << 32) | ~column;
       }
     }
-    const unsigned senders = __ballot_sync(0xffffffffu, send);
-    if (senders == 0) continue;
+    if (!__any_sync(0xffffffffu, count > 0)) continue;
+    unsigned before = count;  // inclusive warp scan of the counts
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const unsigned other = __shfl_up_sync(0xffffffffu, before, offset);
+      if (lane >= static_cast<unsigned>(offset)) before += other;
+    }
     unsigned start = 0;
-    if (lane == 0) start = atomicAdd(leader_count, __popc(senders));
-    start = __shfl_sync(0xffffffffu, start, 0);
-    if (send) leader_pool[start + __popc(senders & ((1u << lane) - 1))] = entry;
+    if (lane == 31) start = atomicAdd(leader_count, before);  // the warp's total
+    start = __shfl_sync(0xffffffffu, start, 31) + before - count;
+    for (unsigned j = 0; j < count; ++j) leader_pool[start + j] = entries[j];
   }
 }
 
@@ -503,23 +576,70 @@ struct ShortWay {
   float u;              // the draw's uniform number
 };
 
+// Sorts the leader's gathered entries descending, in sh.pool.gathered. They are exactly the
+// row's entries of stage-1 bins [first_bin, last_bin], and bins follow the order (bin 0
+// holds the largest logits), so the stage-1 histogram already says where each bin's entries
+// go: bin b starts after all gathered entries of the bins before it. So
+//   1. warp 0 turns the bins' counts into their start positions (a warp scan);
+//   2. every entry is placed in its bin's range (a counter per bin; any order inside it);
+//   3. every entry is ranked among its own bin's entries only, and written to its place.
+// A bin of d = (max - x) / T is 1/8 wide: it holds a few dozen of the hundreds to thousands
+// a top-p gathers, so step 3 costs a few dozen compares per entry, where ranking each entry
+// among all of them would cost n (n^2 / threads per thread: 8192 at 2048 entries). Only a
+// row with thousands of equal logits fills one bin, and is then sorted that slowly.
+__device__ void sort_gathered_descending(Shared& sh, const RowScale& scale, int first_bin,
+                                         u64* scratch) {
+  const unsigned n = sh.gathered_count;
+  if (threadIdx.x < 32) {
+    constexpr int kPerLane = kBins / 32;
+    const int lane = threadIdx.x;
+    unsigned lane_count = 0;
+    for (int i = 0; i < kPerLane; ++i) {
+      const int bin = lane * kPerLane + i;
+      lane_count += bin >= first_bin ? sh.stage1.count[bin] : 0;
+    }
+    unsigned before = lane_count;  // inclusive warp scan, then exclusive
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const unsigned other = __shfl_up_sync(0xffffffffu, before, offset);
+      if (lane >= offset) before += other;
+    }
+    before -= lane_count;
+    for (int i = 0; i < kPerLane; ++i) {
+      const int bin = lane * kPerLane + i;
+      sh.bin_start[bin] = before;
+      sh.bin_fill[bin] = 0;
+      before += bin >= first_bin ? sh.stage1.count[bin] : 0;
+    }
+  }
+  __syncthreads();
+  const auto bin_of = [&scale](u64 entry) {
+    return stage1_bin(key_to_float(static_cast<unsigned>(entry >> 32)), scale);
+  };
+  for (unsigned e = threadIdx.x; e < n; e += kThreads) {
+    const u64 entry = sh.pool.gathered[e];
+    const int bin = bin_of(entry);
+    scratch[sh.bin_start[bin] + atomicAdd(&sh.bin_fill[bin], 1u)] = entry;
+  }
+  __syncthreads();
+  for (unsigned e = threadIdx.x; e < n; e += kThreads) {
+    const u64 entry = scratch[e];
+    const int bin = bin_of(entry);
+    const unsigned begin = sh.bin_start[bin], end = begin + sh.bin_fill[bin];
+    unsigned above = 0;  // entries all differ (their columns do)
+    for (unsigned j = begin; j < end; ++j) above += scratch[j] > entry;
+    sh.pool.gathered[begin + above] = entry;
+  }
+  __syncthreads();
+}
+
 // The leader: sort the gathered entries, then one walk down the sorted order finds the mass
 // top-k keeps, where top-p cuts, and the drawn position. Returns the drawn column in every
 // thread of the leader (-1 if rounding found none: never expected).
-__device__ int finish_short_way(Shared& sh, void* sort_storage, const RowScale& scale,
-                                const ShortWay& w) {
-  // Sort by counting: an entry's position is the number of entries above it (all entries
-  // differ: their columns do). n is a few hundred at most in practice; the loop reads the
-  // same pool entry in every thread at once (a shared-memory broadcast).
+__device__ int finish_short_way(Shared& sh, u64* scratch, const RowScale& scale,
+                                const ShortWay& w, int first_bin) {
+  sort_gathered_descending(sh, scale, first_bin, scratch);
   const unsigned n = sh.gathered_count;
-  u64* sorted = static_cast<u64*>(sort_storage);
-  for (unsigned e = threadIdx.x; e < n; e += kThreads) {
-    const u64 entry = sh.pool.gathered[e];
-    unsigned above = 0;
-    for (unsigned j = 0; j < n; ++j) above += sh.pool.gathered[j] > entry;
-    sorted[above] = entry;
-  }
-  __syncthreads();
+  const u64* sorted = sh.pool.gathered;
   u64 keys[kGatherPerThread];  // thread t: positions 4t .. 4t+3
   for (int i = 0; i < kGatherPerThread; ++i) {
     const unsigned at = threadIdx.x * kGatherPerThread + i;
@@ -589,37 +709,63 @@ struct Args {
   float* confidence;
 };
 
-// 1. The row's statistics (every block ends up with the same, combined in rank order).
-__device__ Summary row_statistics(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
-                                  float inv_t, int& summary_parity) {
+// 1. The row's max, how many entries are valid (not -inf), and whether any is bad (NaN or
+// +inf), in the pass that copies the slice from device memory to shared memory (when it is
+// cached): a compare per entry on the way in. Then one exchange, so that every block knows
+// the row's max before stage 1, which bins by it and adds up Z in the same pass. Where the
+// slice starts on a 16-byte boundary (vocab a multiple of 4, as model vocabularies are),
+// each thread has kCopyUnroll 16-byte loads in flight before it uses any, so the row crosses
+// memory at full speed; otherwise one entry at a time.
+__device__ Summary row_extremes(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
+                                const float* source, float* copy, int& summary_parity) {
   Summary mine{};
   mine.max = -INFINITY;
-  for (int i = threadIdx.x; i < slice.size; i += kThreads) {
-    const float x = slice.x[i];
-    if (isnan(x) || x == INFINITY) {
-      mine.bad = 1;
-    } else if (!is_masked(x)) {
-      ++mine.valid;
-      if (x > mine.max) {  // rescale the running sum to the new max (online softmax)
-        mine.z = mine.z * expf((mine.max - x) * inv_t) + 1.0f;
-        mine.max = x;
-      } else {
-        mine.z += expf((x - mine.max) * inv_t);
+  const auto see = [&mine](float x) {
+    mine.bad |= !(x < INFINITY);  // NaN or +inf
+    mine.valid += x > -INFINITY;
+    mine.max = fmaxf(mine.max, x);
+  };
+  int done = 0;  // entries read as whole groups
+  if (reinterpret_cast<std::uintptr_t>(source) % 16 == 0) {
+    const int groups = slice.size / 4;
+    const float4* source4 = reinterpret_cast<const float4*>(source);
+    float4* copy4 = reinterpret_cast<float4*>(copy);
+    for (int base = 0; base < groups; base += kThreads * kCopyUnroll) {
+      float4 v[kCopyUnroll];
+#pragma unroll
+      for (int k = 0; k < kCopyUnroll; ++k) {
+        const int g = base + static_cast<int>(threadIdx.x) + k * kThreads;
+        if (g < groups) v[k] = source4[g];
+      }
+#pragma unroll
+      for (int k = 0; k < kCopyUnroll; ++k) {
+        const int g = base + static_cast<int>(threadIdx.x) + k * kThreads;
+        if (g >= groups) break;
+        if (copy4) copy4[g] = v[k];
+        see(v[k].x), see(v[k].y), see(v[k].z), see(v[k].w);
       }
     }
+    done = 4 * groups;
   }
-  mine = BlockReduceSummary(sh.cub.reduce).Reduce(mine, [inv_t](const Summary& p, const Summary& q) {
-    return combine_stats(p, q, inv_t);
+  for (int i = done + static_cast<int>(threadIdx.x); i < slice.size; i += kThreads) {
+    const float x = source[i];
+    if (copy) copy[i] = x;
+    see(x);
+  }
+  mine = BlockReduceSummary(sh.cub.reduce).Reduce(mine, [](const Summary& p, const Summary& q) {
+    return combine_stats(p, q);
   });
   exchange_summaries(cluster, sh, mine, summary_parity);
   Summary stats = sh.peers[0];
-  for (int r = 1; r < kClusterSize; ++r) stats = combine_stats(stats, sh.peers[r], inv_t);
+  for (int r = 1; r < kClusterSize; ++r) stats = combine_stats(stats, sh.peers[r]);
   return stats;
 }
 
-// 2. Stage 1: the row's histogram over d = (max - x) / T, into sh.stage1.
-// With `with_mass` false only the counts are made (top-k's depth is a count; the leader
-// weighs the entries it gets itself), which saves the mass's atomics on every entry.
+// 2. Stage 1: the row's histogram over d = (max - x) / T, into sh.stage1, and with it the
+// softmax denominator Z = sum exp((x - max) / T) (sh.stage1.z): each entry's exp is
+// computed once and serves both. With `with_mass` false only the counts are made (top-k's
+// depth is a count; the leader weighs the entries it gets itself), which saves the mass's
+// atomics on every entry.
 __device__ void stage1_histogram(cg::cluster_group& cluster, Shared& sh, const Slice& slice,
                                  const RowScale& scale, bool with_mass, int& hist_parity) {
   BlockHistogram& mine = sh.published[hist_parity];
@@ -627,31 +773,45 @@ __device__ void stage1_histogram(cg::cluster_group& cluster, Shared& sh, const S
   __syncthreads();
   unsigned tail_count = 0;
   u64 tail_mass = 0;
-  for (int i = threadIdx.x; i < slice.size; i += kThreads) {
-    const float x = slice.x[i];
-    if (is_masked(x)) continue;
-    const int bin = stage1_bin(x, scale);
-    const u64 w = with_mass ? fixed_weight(x, scale) : 0;
-    if (bin == kTailBin) {
-      ++tail_count, tail_mass += w;  // the crowded bin: counted in registers
-    } else if (with_mass) {
-      add_to_bin(mine, bin, 1u, w);
-    } else {
-      atomicAdd(&mine.count[bin], 1u);
+  float z = 0.0f;  // this thread's part of Z, added in the thread's own entry order
+  for (int g = threadIdx.x; g < slice_groups(slice); g += kThreads) {
+    float x[4];
+    load_group(slice, g, x);
+    for (int j = 0; j < 4; ++j) {
+      if (is_masked(x[j])) continue;
+      const float weight = entry_weight(x[j], scale);
+      z += weight;
+      const int bin = stage1_bin(x[j], scale);
+      const u64 w = with_mass ? fixed_weight_of(weight, scale) : 0;
+      if (bin == kTailBin) {
+        ++tail_count, tail_mass += w;  // the crowded bin: counted in registers
+      } else if (with_mass) {
+        add_to_bin(mine, bin, 1u, w);
+      } else {
+        atomicAdd(&mine.count[bin], 1u);
+      }
     }
   }
   for (int offset = 16; offset > 0; offset /= 2) {  // integer sums: any order, same total
     tail_count += __shfl_down_sync(0xffffffffu, tail_count, offset);
     tail_mass += __shfl_down_sync(0xffffffffu, tail_mass, offset);
+    z += __shfl_down_sync(0xffffffffu, z, offset);  // a fixed tree: lane 0 gets the same bits
   }
-  if (threadIdx.x % 32 == 0 && tail_count > 0) add_to_bin(mine, kTailBin, tail_count, tail_mass);
+  if (threadIdx.x % 32 == 0) {
+    if (tail_count > 0) add_to_bin(mine, kTailBin, tail_count, tail_mass);
+    sh.warp_z[threadIdx.x / 32] = z;
+  }
   __syncthreads();
-  exchange_histograms(cluster, sh, sh.stage1, hist_parity);
+  if (threadIdx.x == 0) {  // the block's z: its warps in order
+    float block_z = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) block_z += sh.warp_z[w];
+    mine.z = block_z;
+  }
+  exchange_histograms(cluster, sh, sh.stage1, with_mass, /*with_totals=*/true, hist_parity);
 }
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Args a) {
   cg::cluster_group cluster = cg::this_cluster();
-  cg::thread_block block = cg::this_thread_block();
   __shared__ Shared sh;
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   float* cached = reinterpret_cast<float*>(dynamic_smem);
@@ -664,10 +824,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
   slice.begin = min(a.vocab, rank * a.slice_len);
   slice.size = min(a.vocab, slice.begin + a.slice_len) - slice.begin;
   slice.x = a.cache_slice ? cached : row_logits + slice.begin;
-  if (a.cache_slice) {  // every load in flight at once: the row is read from memory once
-    cg::memcpy_async(block, cached, row_logits + slice.begin, sizeof(float) * slice.size);
-    cg::wait(block);
-  }
+  slice.cached = a.cache_slice;
 
   // Greedy calls (T == 0 or top_k == 1) never come here: sample_fused launches
   // greedy_kernel for them. So T > 0.
@@ -675,7 +832,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
   scale.inv_t = fminf(1.0f / a.temperature, FLT_MAX);
   scale.log2e_inv_t = fminf(1.4426950408889634f * scale.inv_t, FLT_MAX);
   int summary_parity = 0, hist_parity = 0;
-  const Summary stats = row_statistics(cluster, sh, slice, scale.inv_t, summary_parity);
+  const Summary stats = row_extremes(cluster, sh, slice, row_logits + slice.begin,
+                                     a.cache_slice ? cached : nullptr, summary_parity);
   scale.max = stats.max;
   const bool lead = rank == 0 && threadIdx.x == 0;
 
@@ -690,8 +848,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
     ShortWay w{};
     w.by_top_k = a.top_k > 0 && static_cast<unsigned>(a.top_k) < stats.valid;
     stage1_histogram(cluster, sh, slice, scale, /*with_mass=*/!w.by_top_k, hist_parity);
-    u64 total = 0;
-    for (int bin = 0; bin < kBins; ++bin) total += sh.stage1.mass[bin];
+    u64 total = sh.stage1.total;  // 0 under top-k (counts only): only top-k's mass is used then
     const float u = draw_uniform(a.seed, a.step, row);  // (0, 1]
 
     // How deep into the sorted order can a selection go? Position k with top-k; the top-p
@@ -726,11 +883,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
       send_to_leader(cluster, sh, slice, scale, first_bin, last_bin);
       cluster.sync();  // the leader has every entry it needs
       if (rank == 0) {
-        const int column = finish_short_way(sh, dynamic_smem, scale, w);
+        const int column =
+            finish_short_way(sh, reinterpret_cast<u64*>(dynamic_smem), scale, w, first_bin);
         if (threadIdx.x == 0) {
           a.tokens[row] = column;
           a.confidence[row] =
-              column >= 0 ? expf((row_logits[column] - stats.max) * scale.inv_t) / stats.z : NAN;
+              column >= 0 ? confidence_of(row_logits[column], scale, sh.stage1.z) : NAN;
         }
       }
       return;  // nobody reads another block's shared memory after the barrier above
@@ -740,8 +898,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
     // masses of stage 1.
     if (w.by_top_k) {
       stage1_histogram(cluster, sh, slice, scale, /*with_mass=*/true, hist_parity);
-      total = 0;
-      for (int bin = 0; bin < kBins; ++bin) total += sh.stage1.mass[bin];
+      total = sh.stage1.total;
     }
     u64 kept = total;
     if (w.by_top_k)  // top-k: the mass of the first k entries (k counts unmasked ones only)
@@ -764,7 +921,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) sample_fused_kernel(Ar
     const int column = find_column(cluster, sh, slice, drawn.key, drawn.rank, summary_parity);
     if (column >= 0) {
       a.tokens[row] = column;
-      a.confidence[row] = expf((row_logits[column] - stats.max) * scale.inv_t) / stats.z;
+      a.confidence[row] = confidence_of(row_logits[column], scale, sh.stage1.z);
     }
   }
   // No block may leave while another can still read its shared memory.
@@ -1053,7 +1210,8 @@ void sample_fused(const float* logits, int rows, int vocab, const SamplingParams
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(rows) * kClusterSize);
   config.blockDim = dim3(kThreads);
-  // The slice, and later (in the leader) the sorted entries: never both at once.
+  // The slice, and later (in the leader, which no longer needs its slice) the scratch copy of
+  // the gathered entries that it sorts: never both at once.
   config.dynamicSmemBytes =
       std::max(a.cache_slice ? slice_bytes : 0, kGatherCapacity * sizeof(unsigned long long));
   config.stream = stream;
