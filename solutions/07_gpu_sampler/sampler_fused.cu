@@ -288,6 +288,16 @@ __device__ __forceinline__ void load_group(const Slice& slice, int g, float (&x)
 // ------------------------------------------------------------------------------------------
 // Reductions and exchanges.
 
+// The sum of v over lanes 0..lane of the warp (an inclusive scan).
+__device__ __forceinline__ unsigned warp_inclusive_sum(unsigned v) {
+  const int lane = threadIdx.x % 32;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const unsigned other = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += other;
+  }
+  return v;
+}
+
 __device__ Summary combine_stats(const Summary& a, const Summary& b) {
   Summary r = a;
   r.bad = a.bad | b.bad;
@@ -553,11 +563,7 @@ __device__ void send_to_leader(cg::cluster_group& cluster, Shared& sh, const Sli
       }
     }
     if (!__any_sync(0xffffffffu, count > 0)) continue;
-    unsigned before = count;  // inclusive warp scan of the counts
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const unsigned other = __shfl_up_sync(0xffffffffu, before, offset);
-      if (lane >= static_cast<unsigned>(offset)) before += other;
-    }
+    const unsigned before = warp_inclusive_sum(count);  // this lane's entries included
     unsigned start = 0;
     if (lane == 31) start = atomicAdd(leader_count, before);  // the warp's total
     start = __shfl_sync(0xffffffffu, start, 31) + before - count;
@@ -599,12 +605,7 @@ __device__ void sort_gathered_descending(Shared& sh, const RowScale& scale, int 
       const int bin = lane * kPerLane + i;
       lane_count += bin >= first_bin ? sh.stage1.count[bin] : 0;
     }
-    unsigned before = lane_count;  // inclusive warp scan, then exclusive
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const unsigned other = __shfl_up_sync(0xffffffffu, before, offset);
-      if (lane >= offset) before += other;
-    }
-    before -= lane_count;
+    unsigned before = warp_inclusive_sum(lane_count) - lane_count;
     for (int i = 0; i < kPerLane; ++i) {
       const int bin = lane * kPerLane + i;
       sh.bin_start[bin] = before;
