@@ -86,6 +86,17 @@ void plant_max_ties(std::vector<float>& row, int count, std::mt19937_64& rng) {
   for (int i = 0; i < count; ++i) row[pick(rng)] = top;
 }
 
+// The tokens ranked k - count / 2 .. k + count / 2 - 1 (0-based, rule 2's order) all get the
+// logit of the first of them: `count` equal logits straddling rank k, at the row's own random
+// positions (so, in a wide row, in different parts of it). top_k = k keeps the count / 2 of
+// them with the lowest indices; ordering equal logits any other way keeps others.
+void plant_ties_across_rank(std::vector<float>& row, int k, int count) {
+  const int vocab = static_cast<int>(row.size());
+  const std::vector<int> ranked = ref::ranked_tokens(row.data(), vocab, k + count / 2);
+  const float tied = row[ranked[k - count / 2]];
+  for (int r = k - count / 2; r < k + count / 2; ++r) row[ranked[r]] = tied;
+}
+
 // `head` random tokens raised by `boost`: a peaked row with a long tail.
 void boost_head(std::vector<float>& row, int head, float boost, std::mt19937_64& rng) {
   std::uniform_int_distribution<int> pick(0, static_cast<int>(row.size()) - 1);
@@ -207,7 +218,8 @@ int rank_of(const float* row, int vocab, int token) {
 }
 
 // A token outside the kept set: which known mistake explains it.
-std::string diagnose_outside(const float* row, int vocab, const SamplingParams& params, int token) {
+std::string diagnose_outside(const float* row, int vocab, const SamplingParams& params,
+                             const ref::KeptSet& kept, int token) {
   if (token == ch07::testing::kPoisonToken)
     return "the token was never written (it still holds the poison the test filled it with)."
            "\nhint: write tokens[r] and confidence[r] for every row r < rows.";
@@ -222,6 +234,16 @@ std::string diagnose_outside(const float* row, int vocab, const SamplingParams& 
            "0 (compare cumulative >= target only on a token with p > 0).";
   const int rank = rank_of(row, vocab, token);
   const int k = (params.top_k == 0 || params.top_k >= vocab) ? vocab : params.top_k;
+  if (!kept.tokens.empty() && row[token] == row[kept.tokens.back()])
+    return "rule 2 (ties): drew token " + std::to_string(token) + ", ranked " +
+           std::to_string(rank + 1) + ": its logit equals that of token " +
+           std::to_string(kept.tokens.back()) + ", the last one kept (ranked " +
+           std::to_string(kept.tokens.size()) + "), and equal logits are ordered by the LOWER "
+           "index, so the kept set ends before this one" +
+           (rank == k ? " (or top_k kept one too many: rank < k, not rank <= k)" : "") +
+           ".\nhint: order by (logit, index) pairs: the larger logit first, on equal logits "
+           "the smaller index (a sort key of (key << 32 | ~index), sorted descending, does "
+           "both; a stable sort of the logits alone does too).";
   if (rank == k && !ch07::is_greedy(params))
     return "rule 2 (top_k): drew token " + std::to_string(token) + ", ranked " +
            std::to_string(rank + 1) + ": top_k = " + std::to_string(k) +
@@ -300,7 +322,7 @@ std::string check_draws(const std::vector<float>& logits, int vocab, const Sampl
       if (token >= 0 && token < vocab && temperature_ignored(e, row, token, d.confidence[r]))
         return where + "drew token " + std::to_string(token) + ", outside the kept set, and " +
                kTemperatureIgnored;
-      return where + diagnose_outside(row, vocab, params, token);
+      return where + diagnose_outside(row, vocab, params, e.kept, token);
     }
     const std::string c = check_confidence(e, row, token, d.confidence[r]);
     if (!c.empty()) return where + c;
@@ -662,6 +684,16 @@ void membership(Step step) {
     SamplingParams p{1.0f, 60, 1.0f, 22, 0};
     p.top_p = top_p_for_nucleus(row, p, 15);
     cases.push_back({"top_k 60 then top_p (15 kept)", row, p});
+  }
+  {  // ties across the top-k boundary (rule 2: equal logits by lower index), in a short row
+     // (one block's) and a wide one (spread over many)
+    std::vector<float> row = normal_row(1000, 0.3f, rng);
+    plant_ties_across_rank(row, 20, 8);
+    cases.push_back({"top_k 20, 8 equal logits across rank 20", row, SamplingParams{1.0f, 20, 1.0f, 24, 0}});
+    std::vector<float> wide = normal_row(151936, 1.0f, rng);
+    plant_ties_across_rank(wide, 50, 8);
+    cases.push_back({"top_k 50, 8 equal logits across rank 50 of a 151936-wide row", wide,
+                     SamplingParams{1.0f, 50, 1.0f, 25, 0}});
   }
   {  // top_p alone on a wide row
     std::vector<float> row = normal_row(151936, 1.0f, rng);
