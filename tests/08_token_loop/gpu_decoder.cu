@@ -111,7 +111,12 @@ enum Stage { kAllStages = -1, kEmbedNorm, kMatvec, kRope, kAttention, kSwiglu };
 }  // namespace
 
 const char* to_string(StepMode mode) {
-  return mode == StepMode::Graph ? "graph" : "step_by_step";
+  switch (mode) {
+    case StepMode::Graph: return "graph";
+    case StepMode::Persistent: return "persistent";
+    case StepMode::StepByStep: break;
+  }
+  return "step_by_step";
 }
 
 double StageTimes::total_us() const {
@@ -265,6 +270,19 @@ GpuDecoder::GpuDecoder(const GpuModel& model) : model_(model) {
     // Our own stream; non-blocking, so nothing on the legacy default stream serializes with
     // it (everything of the decoder goes on this stream, in order).
     WB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The persistent step (persistent_step.hpp), where the model and the GPU allow it; the
+    // other modes do not need it.
+    StepBuffers io;
+    io.logits = b_->logits;
+    io.key_cache = b_->key_cache;
+    io.value_cache = b_->value_cache;
+    io.pos = b_->pos;
+    io.token = b_->token;
+    try {
+      persistent_ = std::make_unique<PersistentStep>(model, io);
+    } catch (const std::invalid_argument& e) {
+      persistent_unavailable_ = e.what();
+    }
     // Zeroed caches: stale rows are never read, but zeros keep a wrong attention finite.
     WB_CUDA(cudaMemsetAsync(b_->key_cache, 0, cache * sizeof(float), stream_));
     WB_CUDA(cudaMemsetAsync(b_->value_cache, 0, cache * sizeof(float), stream_));
@@ -302,8 +320,17 @@ GpuDecoder::~GpuDecoder() {
 }
 
 void GpuDecoder::set_mode(StepMode mode) {
+  if (mode == StepMode::Persistent && !persistent_)
+    throw std::invalid_argument("ch08 GpuDecoder: StepMode::Persistent cannot run here: " + persistent_unavailable_);
   mode_ = mode;
   need_capture_ = true;
+}
+
+void GpuDecoder::set_persistent_blocks(int blocks) {
+  if (!persistent_)
+    throw std::invalid_argument("ch08 GpuDecoder: StepMode::Persistent cannot run here: " + persistent_unavailable_);
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  persistent_->set_blocks(blocks);
 }
 
 void GpuDecoder::reset() {
@@ -391,6 +418,8 @@ void GpuDecoder::run_step() {
       need_capture_ = false;
     }
     graph_.replay(stream_);
+  } else if (mode_ == StepMode::Persistent) {
+    persistent_->enqueue(stream_);
   } else {
     enqueue_step(stream_);
   }
@@ -454,7 +483,7 @@ int GpuDecoder::decode(std::span<const int> prompt, int steps, const ch07::Sampl
   for (int pos = 0; pos < steps; ++pos) {
     run_step();
     ++passes;
-    host_launches += mode_ == StepMode::Graph ? 1 : step_nodes_;
+    host_launches += mode_ == StepMode::StepByStep ? step_nodes_ : 1;  // a graph launch, or one kernel
     const bool forced = pos + 1 < int(prompt.size());
     if (forced) {
       put_token(prompt[std::size_t(pos) + 1]);  // straight into *token, no sampling

@@ -30,16 +30,23 @@
 //     and of the sampler by capturing each into a throwaway graph (plain CUDA API, not run).
 //   - WB_DEBUG_SYNC=1 (WB_CHECK_LAUNCH synchronizes after every launch) cannot be combined
 //     with Graph mode: a synchronize inside a capture breaks it.
+//   - StepMode::Persistent runs the same step as ONE kernel of the decoder's own
+//     (persistent_step.hpp: weights streamed through shared memory, tagged values between the
+//     stages), on the same buffers and caches; none of the chapter's kernels. It is what the
+//     graph leaves on the table, measured beside it; the constructor plans it where the model
+//     and the GPU allow (Hopper), and says why not otherwise (persistent_unavailable()).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "sampler.cuh"      // chapter 07: SamplingParams
-#include "token_loop.cuh"   // this chapter's API
+#include "persistent_step.hpp"  // StepMode::Persistent
+#include "sampler.cuh"           // chapter 07: SamplingParams
+#include "token_loop.cuh"        // this chapter's API
 #include "wb/model/checkpoint.hpp"
 
 namespace ch08 {
@@ -79,6 +86,8 @@ class GpuModel {
 enum class StepMode {
   StepByStep,  // every kernel launched from the host, every token
   Graph,       // the step captured once (StepGraph), one graph launch per token
+  Persistent,  // the whole step as one persistent kernel (persistent_step.hpp): none of the
+               // student's kernels, the decoder's own; one launch per token
 };
 const char* to_string(StepMode mode);
 
@@ -107,9 +116,16 @@ class GpuDecoder {
   GpuDecoder& operator=(const GpuDecoder&) = delete;
 
   // Graph captures on first use (and again after set_mode). Capturing needs the chapter's
-  // StepGraph; StepByStep does not use it at all.
+  // StepGraph; StepByStep does not use it at all. Persistent throws std::invalid_argument
+  // when the model or the GPU cannot run it (persistent_unavailable() says why).
   void set_mode(StepMode mode);
   StepMode mode() const { return mode_; }
+  // Why StepMode::Persistent cannot run here ("" when it can).
+  const std::string& persistent_unavailable() const { return persistent_unavailable_; }
+  // The persistent step's plan (blocks, ring); nullptr when it cannot run here.
+  const PersistentStep* persistent_step() const { return persistent_.get(); }
+  // Blocks of the persistent step's grid (0 = one per SM, the default); waits for the stream.
+  void set_persistent_blocks(int blocks);
 
   // Restarts at position 0 (the KV cache of earlier positions is simply overwritten).
   void reset();
@@ -156,8 +172,9 @@ class GpuDecoder {
   // decoder's own count (CUPTI counts them independently in the tests): StepByStep, the
   // step's kernels (counted once, in the constructor, as the kernel/memset/memcpy nodes of
   // the step captured into a throwaway graph with the plain CUDA API); Graph, 1 (the graph
-  // launch); plus, in both, the sampler's nodes (counted the same way) and the embedding
-  // token copy when a prompt token is forced. Forward passes of the prompt count too.
+  // launch); Persistent, 1 (the kernel); plus, in all, the sampler's nodes (counted the same
+  // way) and the embedding token copy when a prompt token is forced. Forward passes of the
+  // prompt count too.
   double host_launches_per_step() const { return host_launches_per_step_; }
   int forward_passes() const { return passes_; }       // of the last generate()
   int step_nodes() const { return step_nodes_; }        // kernels etc. in one step
@@ -182,6 +199,8 @@ class GpuDecoder {
   cudaStream_t stream_ = nullptr;
   StepMode mode_ = StepMode::StepByStep;
   StepGraph graph_;
+  std::unique_ptr<PersistentStep> persistent_;  // made in the constructor when it can run here
+  std::string persistent_unavailable_;
   int pos_ = 0;
   double host_launches_per_step_ = 0;
   int step_nodes_ = 0;

@@ -1,0 +1,691 @@
+// The whole decoding step as one persistent kernel (persistent_step.hpp says why and how).
+//
+// Reading order: the parameters and shared memory, which block and warp compute what, the
+// weight stream (L2 prefetch ahead, a warp's matvec), the stages' inputs (tagged values,
+// RMSNorm), attention, the stages in step order (step), the kernel, and the host side (the plan
+// and the launch).
+#include "persistent_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "gpu_decoder.hpp"
+#include "tagged_values.cuh"
+#include "wb/check.hpp"
+
+namespace ch08 {
+namespace {
+
+constexpr int kWarps = 8;                  // 8 warps: 2 per SM sub-partition, up to 255 registers each
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxNormPerThread = 8;       // the norm weights a thread prefetches: dim <= 2048
+constexpr float kRmsEps = 1e-5f;           // llama2.c's run.c
+constexpr unsigned kPollSleepNs = 32;      // between two polls of a value not yet written
+
+struct Params {
+  int dim, hidden, n_layers, n_heads, n_kv_heads, head_size, kv_dim, vocab, seq_len;
+  // Weights (device): the packed matrices of GpuModel, the rest from the checkpoint's payload.
+  const float* embedding;   // [vocab][dim]
+  const float* rms_att;     // [layer][dim]
+  const float* wqkv;        // [layer][dim + 2 kv_dim][dim]
+  const float* wo;          // [layer][dim][dim]
+  const float* rms_ffn;     // [layer][dim]
+  const float* w13;         // [layer][2 hidden][dim]: W1's rows, then W3's
+  const float* w2;          // [layer][dim][hidden]
+  const float* rms_final;   // [dim]
+  const float* classifier;  // [vocab][dim]
+  StepBuffers io;
+  // The stages' outputs, tagged (tagged_values.cuh): the persistent step's own buffers.
+  struct Activations {
+    std::uint64_t *qkv, *att, *xa, *xb, *g;  // dim + 2 kv_dim; dim; dim; dim; hidden
+  } act;
+  std::uint32_t launch;  // counts the launches: the tags' base
+  unsigned poll_sleep_ns;
+  int history_rows;      // cache rows a head block keeps in shared memory
+};
+
+// ---- Shared memory ---------------------------------------------------------------------------
+
+// Byte offsets into the block's dynamic shared memory; the same function on the host (how
+// much to ask for) and on the device (where things are). Every region starts 16-byte aligned.
+struct Layout {
+  std::size_t vec, res, gate, red, q, k, v, scores, partial, keys, values, total;
+};
+
+__host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size, int seq_len, int history_rows) {
+  Layout l{};
+  std::size_t at = 0;
+  const auto take = [&at](std::size_t floats) {
+    const std::size_t start = at;
+    at += (floats * sizeof(float) + 15) / 16 * 16;
+    return start;
+  };
+  l.vec = take(std::size_t(dim > hidden ? dim : hidden));  // the stage's input vector
+  l.res = take(std::size_t(dim));          // the residual rows this block updates
+  l.gate = take(std::size_t(hidden));      // W1 h of this block's hidden units
+  l.red = take(32);                        // one partial per warp
+  l.q = take(std::size_t(head_size));      // attention: rotated q,
+  l.k = take(std::size_t(head_size));      // this position's rotated k
+  l.v = take(std::size_t(head_size));      // and v,
+  l.scores = take(std::size_t(seq_len));   // the scores, then exp(s - max),
+  l.partial = take(4 * kThreads);          // the weighted sum's partial sums,
+  l.keys = take(std::size_t(history_rows) * head_size);    // and the head's cache rows
+  l.values = take(std::size_t(history_rows) * head_size);  // t < history_rows, copied early
+  l.total = at;
+  return l;
+}
+
+struct Shared {
+  float *vec, *res, *gate, *red, *q, *k, *v, *scores, *partial, *keys, *values;
+};
+
+__device__ Shared carve(const Params& p, unsigned char* base) {
+  const Layout l = layout_for(p.dim, p.hidden, p.head_size, p.seq_len, p.history_rows);
+  const auto f = [base](std::size_t at) { return reinterpret_cast<float*>(base + at); };
+  return Shared{f(l.vec),    f(l.res),     f(l.gate),    f(l.red),  f(l.q),
+                f(l.k),      f(l.v),       f(l.scores),  f(l.partial), f(l.keys), f(l.values)};
+}
+
+// ---- Rows: which block and which warp compute what ---------------------------------------------
+// Block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) of every matrix; its warp w the
+// same share of those. A warp's rows are contiguous in memory.
+
+struct Rows {
+  int begin, end;
+};
+
+__device__ Rows share(Rows all, int part, int parts) {
+  const std::int64_t n = all.end - all.begin;
+  return {all.begin + int(n * part / parts), all.begin + int(n * (part + 1) / parts)};
+}
+
+__device__ Rows my_rows(int rows) { return share({0, rows}, blockIdx.x, gridDim.x); }
+
+// ---- Block-wide helpers ---------------------------------------------------------------------
+
+__device__ __forceinline__ void block_sync() { __syncthreads(); }
+
+// Sums (maxes) over the block, in one fixed order: every block gets the same bits.
+__device__ float block_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  block_sync();
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) total += red[w];
+  block_sync();  // red is free again
+  return total;
+}
+
+__device__ float block_max(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  block_sync();
+  float m = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, red[w]);
+  block_sync();
+  return m;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- The weight stream --------------------------------------------------------------------
+// Every block reads its rows of each matrix once per token, in the stages' order, which never
+// depends on the activations. So each block asks L2 for its rows two stages ahead (one bulk
+// prefetch instruction per 4 KB, no waiting), and a stage's warps then read them from L2: the
+// device memory works on the next stages while the blocks wait for their inputs. The
+// classifier, too large for L2 at once, is prefetched in chunks as its stage goes.
+
+struct Matrix {
+  const float* rows;  // [n][cols]
+  int n, cols;
+};
+
+constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
+constexpr int kClassifierChunk = 64;            // classifier rows per block per chunk
+
+// Hopper's bulk prefetch: L2 fetches `bytes` at `src` (16-byte aligned, a multiple of 16); the
+// thread does not wait, and nothing tells when it is done.
+__device__ __forceinline__ void prefetch_l2(const void* src, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// Asks L2 for `bytes` from `src` (16-byte aligned, a multiple of 16), the block's threads
+// issuing its 4 KB pieces side by side.
+__device__ void prefetch_bytes(const float* src, std::size_t bytes) {
+  const char* base = reinterpret_cast<const char*>(src);
+  for (std::size_t at = std::size_t(threadIdx.x) * kPrefetchPiece; at < bytes; at += std::size_t(kThreads) * kPrefetchPiece)
+    prefetch_l2(base + at, std::uint32_t(bytes - at < kPrefetchPiece ? bytes - at : kPrefetchPiece));
+}
+
+// This block's rows [first, last) of m.
+__device__ void prefetch_rows(const Matrix& m, int first, int last) {
+  if (last > first)
+    prefetch_bytes(m.rows + std::size_t(first) * std::size_t(m.cols), std::size_t(last - first) * m.cols * sizeof(float));
+}
+
+__device__ Matrix wqkv_of(const Params& p, int l) {
+  const std::size_t rows = std::size_t(p.dim) + 2 * std::size_t(p.kv_dim);
+  return {p.wqkv + std::size_t(l) * rows * p.dim, int(rows), p.dim};
+}
+__device__ Matrix wo_of(const Params& p, int l) { return {p.wo + std::size_t(l) * p.dim * p.dim, p.dim, p.dim}; }
+__device__ Matrix w1_of(const Params& p, int l) {
+  return {p.w13 + std::size_t(l) * 2 * p.hidden * p.dim, p.hidden, p.dim};
+}
+__device__ Matrix w3_of(const Params& p, int l) {
+  return {w1_of(p, l).rows + std::size_t(p.hidden) * p.dim, p.hidden, p.dim};
+}
+__device__ Matrix w2_of(const Params& p, int l) { return {p.w2 + std::size_t(l) * p.dim * p.hidden, p.dim, p.hidden}; }
+__device__ Matrix classifier_of(const Params& p) { return {p.classifier, p.vocab, p.dim}; }
+
+// The matvec stages in order: 4 per layer (Wqkv, Wo, W1 + W3, W2), then the classifier (its
+// first chunk here; the rest as its stage goes).
+__device__ void prefetch_stage(const Params& p, int stage) {
+  const int last = 4 * p.n_layers;
+  if (stage > last) return;
+  if (stage == last) {
+    const Rows r = my_rows(p.vocab);
+    prefetch_rows(classifier_of(p), r.begin, min(r.end, r.begin + 2 * kClassifierChunk));
+    return;
+  }
+  const int l = stage / 4;
+  const auto mine = [&](const Matrix& m) {
+    const Rows r = my_rows(m.n);
+    prefetch_rows(m, r.begin, r.end);
+  };
+  switch (stage % 4) {
+    case 0: mine(wqkv_of(p, l)); break;
+    case 1: mine(wo_of(p, l)); break;
+    case 2: mine(w1_of(p, l)); mine(w3_of(p, l)); break;
+    default: mine(w2_of(p, l)); break;
+  }
+}
+
+// Rows [rows.begin, rows.end) of m times vec (shared memory), by this warp: kRows rows at a
+// time, lane l reading their 16-byte pieces l, l + 32, ... (coalesced) and adding them in that
+// order, then the lanes in a fixed tree: as one warp alone would, so the result does not
+// depend on the grid. store(row, value) by lane 0.
+template <typename Store>
+__device__ void warp_matvec(const Matrix& m, Rows rows, const float* vec, Store& store) {
+  constexpr int kRows = 4;
+  const int lane = threadIdx.x % 32, n4 = m.cols / 4;
+  const float4* x = reinterpret_cast<const float4*>(vec);
+  for (int r0 = rows.begin; r0 < rows.end; r0 += kRows) {
+    const int count = min(kRows, rows.end - r0);
+    const float4* w = reinterpret_cast<const float4*>(m.rows) + std::size_t(r0) * std::size_t(n4);
+    float acc[kRows] = {};
+#pragma unroll 2
+    for (int c = lane; c < n4; c += 32) {
+      const float4 v = x[c];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (r < count) {
+          const float4 a = __ldcs(w + std::size_t(r) * std::size_t(n4) + c);  // read once per token
+          acc[r] += a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (r < count) {
+        const float dot = warp_sum(acc[r]);
+        if (lane == 0) store(r0 + r, dot);
+      }
+  }
+}
+
+// This block's rows of m times vec, its warps splitting them; ends with the block meeting (the
+// next stage overwrites vec, and reads what this one left in shared memory).
+template <typename Store>
+__device__ void matvec(const Matrix& m, const float* vec, Store&& store) {
+  warp_matvec(m, share(my_rows(m.n), threadIdx.x / 32, kWarps), vec, store);
+  block_sync();
+}
+
+// The classifier: the same, chunk by chunk, each chunk asking L2 for the one two ahead.
+template <typename Store>
+__device__ void matvec_chunked(const Matrix& m, const float* vec, Store&& store) {
+  const Rows r = my_rows(m.n);
+  for (int first = r.begin; first < r.end; first += kClassifierChunk) {
+    const int ahead = first + 2 * kClassifierChunk;
+    prefetch_rows(m, min(ahead, r.end), min(ahead + kClassifierChunk, r.end));
+    const Rows chunk{first, min(first + kClassifierChunk, r.end)};
+    warp_matvec(m, share(chunk, threadIdx.x / 32, kWarps), vec, store);
+  }
+  block_sync();
+}
+
+// ---- Inputs ---------------------------------------------------------------------------------
+
+// vec[0..n) = the tagged values of src once they carry `tag` (thread t: t, t + kThreads, ...).
+__device__ void await_vector(const std::uint64_t* src, int n, std::uint32_t tag, float* vec, const Params& p) {
+  tagged::await_vector<kThreads>(src, n, tag, vec, p.poll_sleep_ns);
+}
+
+// A norm's weights, the elements this thread normalizes, read before the input is awaited.
+struct NormWeights {
+  float w[kMaxNormPerThread];
+};
+
+__device__ __forceinline__ void load_norm(NormWeights& nw, const float* weight, int n) {
+#pragma unroll
+  for (int k = 0; k < kMaxNormPerThread; ++k) {
+    const int i = int(threadIdx.x) + k * kThreads;
+    if (i < n) nw.w[k] = __ldg(weight + i);
+  }
+}
+
+// vec = RMSNorm(vec) llama2.c's way: weight * (x / sqrt(mean(x^2) + eps)). The caller filled vec
+// with await_vector's mapping (each thread its own elements); afterwards the block may read all.
+__device__ void rmsnorm_in_place(float* vec, int n, const NormWeights& nw, float* red) {
+  float squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxNormPerThread; ++k) {
+    const int i = int(threadIdx.x) + k * kThreads;
+    if (i < n) squares += vec[i] * vec[i];
+  }
+  const float scale = rsqrtf(block_sum(squares, red) / float(n) + kRmsEps);
+#pragma unroll
+  for (int k = 0; k < kMaxNormPerThread; ++k) {
+    const int i = int(threadIdx.x) + k * kThreads;
+    if (i < n) vec[i] = nw.w[k] * (scale * vec[i]);
+  }
+  block_sync();
+}
+
+// llama2.c's SwiGLU: silu(g) * u, silu(g) = g / (1 + exp(-g)), with silu(-inf) = 0.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+  const float silu = gate == -INFINITY ? 0.0f : gate * (1.0f / (1.0f + expf(-gate)));
+  return silu * up;
+}
+
+// ---- Attention ------------------------------------------------------------------------------
+
+// The rows t < pos of a head's keys and values were written by earlier launches: the head's block
+// copies them into shared memory (cp.async, 16 bytes per copy, no thread waits) at the start of
+// the layer, so that they have arrived by the time its attention stage needs them, while the
+// block computes its share of Wqkv. At most p.history_rows rows (what shared memory holds);
+// later rows are read from device memory. Returns the rows copied.
+__device__ __forceinline__ void copy16_async(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
+
+__device__ int copy_history(const Params& p, const Shared& s, int layer, int h, int pos) {
+  const int hs = p.head_size, kv = p.kv_dim, group = h / (p.n_heads / p.n_kv_heads), pieces = hs / 4;
+  const int rows = min(pos, p.history_rows);
+  const std::size_t first = std::size_t(layer) * std::size_t(p.seq_len) * kv + std::size_t(group) * hs;
+  for (int i = threadIdx.x; i < rows * pieces; i += kThreads) {
+    const int t = i / pieces, c = 4 * (i % pieces);
+    copy16_async(s.keys + t * hs + c, p.io.key_cache + first + std::size_t(t) * kv + c);
+    copy16_async(s.values + t * hs + c, p.io.value_cache + first + std::size_t(t) * kv + c);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  return rows;
+}
+
+// Attention of query head h at position pos (one block): RoPE on q and on this position's k,
+// the cache append (by the first head of each KV group), the scores over t = 0..pos, their
+// softmax, and the weighted sum of the value rows, published to att[h * head_size ...].
+__device__ void attention_head(const Params& p, const Shared& s, int layer, int h, int pos, std::uint32_t tag,
+                               int copied) {
+  const int hs = p.head_size, kv = p.kv_dim, tid = threadIdx.x;
+  const int group = h / (p.n_heads / p.n_kv_heads);  // the KV head this query head reads
+  // This head's q, and its KV head's k and v of this position (the three loads of a thread
+  // issued together: one round trip), then RoPE on q and k in shared memory.
+  const std::uint64_t* q_in = p.act.qkv + h * hs;
+  const std::uint64_t* k_in = p.act.qkv + p.dim + group * hs;
+  const std::uint64_t* v_in = p.act.qkv + p.dim + kv + group * hs;
+  for (int i = tid; i < hs; i += kThreads) {
+    std::uint64_t w[3] = {tagged::load(q_in + i), tagged::load(k_in + i), tagged::load(v_in + i)};
+    const std::uint64_t* src[3] = {q_in + i, k_in + i, v_in + i};
+    float* dst[3] = {s.q + i, s.k + i, s.v + i};
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      while (!tagged::has_tag(w[k], tag)) {
+        __nanosleep(p.poll_sleep_ns);
+        w[k] = tagged::load(src[k]);
+      }
+      *dst[k] = tagged::value_of(w[k]);
+    }
+  }
+  block_sync();
+  for (int i = 2 * tid; i < hs; i += 2 * kThreads) {
+    // llama2.c's angle: frequency from the pair's place in its head, in float.
+    const float frequency = 1.0f / powf(10000.0f, float(i) / float(hs));
+    float sn, cs;
+    sincosf(float(pos) * frequency, &sn, &cs);
+    const float q0 = s.q[i], q1 = s.q[i + 1], k0 = s.k[i], k1 = s.k[i + 1];
+    s.q[i] = q0 * cs - q1 * sn;
+    s.q[i + 1] = q0 * sn + q1 * cs;
+    s.k[i] = k0 * cs - k1 * sn;
+    s.k[i + 1] = k0 * sn + k1 * cs;
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's copies of the history
+  block_sync();                                       // everyone's, and the rotated q and k
+  const std::size_t layer_rows = std::size_t(layer) * std::size_t(p.seq_len);
+  float* key_rows = p.io.key_cache + layer_rows * kv + group * hs;  // row t at + t * kv
+  float* value_rows = p.io.value_cache + layer_rows * kv + group * hs;
+  if (h % (p.n_heads / p.n_kv_heads) == 0)  // one writer per KV head; the others use s.k, s.v
+    for (int i = tid; i < hs; i += kThreads) {
+      key_rows[std::size_t(pos) * kv + i] = s.k[i];
+      value_rows[std::size_t(pos) * kv + i] = s.v[i];
+    }
+  // Scores: a thread per position, the whole dot product in 16-byte loads (rows t < pos were
+  // written by earlier launches; row pos is this step's, in shared memory).
+  // The pieces of a row are loaded together, kPieces at a time (one round trip per 64 floats).
+  constexpr int kPieces = 16;
+  const float root = sqrtf(float(hs));
+  const int pieces = hs / 4;
+  for (int t = tid; t <= pos; t += kThreads) {
+    const float* row = t == pos ? s.k : t < copied ? s.keys + t * hs : key_rows + std::size_t(t) * kv;
+    const float4* key = reinterpret_cast<const float4*>(row);
+    const float4* q = reinterpret_cast<const float4*>(s.q);
+    float dot = 0.0f;
+    for (int c0 = 0; c0 < pieces; c0 += kPieces) {
+      float4 k4[kPieces];
+#pragma unroll
+      for (int c = 0; c < kPieces; ++c)
+        if (c0 + c < pieces) k4[c] = key[c0 + c];
+#pragma unroll
+      for (int c = 0; c < kPieces; ++c)
+        if (c0 + c < pieces) {
+          const float4 b = q[c0 + c];
+          dot += k4[c].x * b.x + k4[c].y * b.y + k4[c].z * b.z + k4[c].w * b.w;
+        }
+    }
+    s.scores[t] = dot / root;
+  }
+  // Softmax, chapter 04's way: the max first, then exp(s - max) and its sum (each thread its
+  // own positions until the sums).
+  float m = -INFINITY;
+  for (int t = tid; t <= pos; t += kThreads) m = fmaxf(m, s.scores[t]);
+  m = block_max(m, s.red);
+  float sum = 0.0f;
+  for (int t = tid; t <= pos; t += kThreads) {
+    const float e = expf(s.scores[t] - m);
+    s.scores[t] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, s.red);  // (its barrier also publishes every e)
+  // Weighted sum: thread (group g, column c) adds p_t * v_t[4c..4c+3] over t = g, g + groups, ...;
+  // the groups' partial sums are then added in a fixed order.
+  const int columns = hs / 4, groups = kThreads / columns;
+  const int column = tid % columns, g = tid / columns;
+  if (g < groups) {
+    // Eight positions' loads issued together, then added in position order.
+    constexpr int kRows = 8;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int t0 = g; t0 <= pos; t0 += kRows * groups) {
+      float4 v4[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int t = t0 + r * groups;
+        if (t <= pos) {
+          const float* row = t == pos ? s.v : t < copied ? s.values + t * hs : value_rows + std::size_t(t) * kv;
+          v4[r] = reinterpret_cast<const float4*>(row)[column];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int t = t0 + r * groups;
+        if (t <= pos) {
+          const float w = s.scores[t];
+          acc.x += w * v4[r].x;
+          acc.y += w * v4[r].y;
+          acc.z += w * v4[r].z;
+          acc.w += w * v4[r].w;
+        }
+      }
+    }
+    reinterpret_cast<float4*>(s.partial + g * hs)[column] = acc;
+  }
+  block_sync();
+  for (int i = tid; i < hs; i += kThreads) {
+    float out = 0.0f;
+    for (int j = 0; j < groups; ++j) out += s.partial[j * hs + i];
+    tagged::publish(p.act.att + h * hs + i, out / sum, tag);
+  }
+  block_sync();  // s.q, s.k, s.v, s.partial are the next head's
+}
+
+// The tag of every value written for `layer` in launch `launch` (tagged_values.cuh): unique
+// until the 32-bit count wraps, after 2^32 / n_layers launches; never 0, the buffers' first
+// contents.
+__device__ __forceinline__ std::uint32_t layer_tag(const Params& p, int layer) {
+  return p.launch * std::uint32_t(p.n_layers) + std::uint32_t(layer) + 1u;
+}
+
+// The stages, each waiting only for the tagged values it reads; at its start each asks L2 for
+// the weights of the stage two ahead:
+//   A: xb (the last layer's output; layer 0: the embedding row) -> RMSNorm -> Wqkv -> qkv
+//   B: q, k, v of a head -> RoPE, append, attention -> att          (blocks < n_heads)
+//   C: att -> Wo, + the residual xb -> xa
+//   D: xa -> RMSNorm -> W1 and W3 rows of this block's hidden units -> g = swiglu(W1 h, W3 h)
+//   E: g -> W2, + the residual xa -> xb
+// then xb -> RMSNorm -> classifier -> logits.
+__device__ void step(const Params& p, const Shared& s) {
+  const int tid = threadIdx.x, dim = p.dim, hidden = p.hidden;
+  const int pos = *p.io.pos;  // read before this block writes anything block 0 waits for
+  const int token = *p.io.token;
+  const bool known = token >= 0 && token < p.vocab;
+  const float nan = __int_as_float(0x7fc00000);  // an unknown token: the mistake shows in the logits
+  const Rows mine = my_rows(dim);      // the residual rows this block's Wo and W2 stages write
+  const Rows units = my_rows(hidden);  // the hidden units of this block's W1 and W3 rows
+  NormWeights norm;
+  prefetch_stage(p, 0);
+  prefetch_stage(p, 1);
+
+  for (int l = 0; l < p.n_layers; ++l) {
+    const std::uint32_t tag = layer_tag(p, l), before = tag - 1;  // before: the last layer's xb
+    const std::size_t L = std::size_t(l);
+    // A: qkv = Wqkv RMSNorm(x)
+    prefetch_stage(p, 4 * l + 2);
+    // The history of the block's first head (the bench's grid has one head per head block).
+    const int copied = blockIdx.x < p.n_heads ? copy_history(p, s, l, blockIdx.x, pos) : 0;
+    load_norm(norm, p.rms_att + L * dim, dim);
+    if (l == 0) {
+      const float* row = p.embedding + (known ? std::size_t(token) : 0) * dim;
+      for (int i = tid; i < dim; i += kThreads) s.vec[i] = known ? __ldg(row + i) : nan;
+      for (int j = tid; j < mine.end - mine.begin; j += kThreads) s.res[j] = known ? __ldg(row + mine.begin + j) : nan;
+    } else {
+      await_vector(p.act.xb, dim, before, s.vec, p);
+    }
+    rmsnorm_in_place(s.vec, dim, norm, s.red);
+    matvec(wqkv_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.qkv + r, d, tag); });
+    // B: att = attention(q, the caches + this position's k and v), a block per query head
+    for (int h = blockIdx.x; h < p.n_heads; h += gridDim.x)
+      attention_head(p, s, l, h, pos, tag, h == int(blockIdx.x) ? copied : 0);
+    // C: xa = x + Wo att (x: the residual rows; layer 0's came with the embedding row)
+    prefetch_stage(p, 4 * l + 3);
+    if (l > 0)
+      for (int j = tid; j < mine.end - mine.begin; j += kThreads)
+        s.res[j] = tagged::await(p.act.xb + mine.begin + j, before, p.poll_sleep_ns);
+    await_vector(p.act.att, dim, tag, s.vec, p);
+    block_sync();
+    matvec(wo_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.xa + r, s.res[r - mine.begin] + d, tag); });
+    // D: g = swiglu(W1 h, W3 h) for this block's hidden units, h = RMSNorm(xa)
+    prefetch_stage(p, 4 * l + 4);
+    load_norm(norm, p.rms_ffn + L * dim, dim);
+    await_vector(p.act.xa, dim, tag, s.vec, p);
+    rmsnorm_in_place(s.vec, dim, norm, s.red);
+    matvec(w1_of(p, l), s.vec, [&](int j, float v) { s.gate[j - units.begin] = v; });
+    matvec(w3_of(p, l), s.vec,
+           [&](int j, float v) { tagged::publish(p.act.g + j, swiglu(s.gate[j - units.begin], v), tag); });
+    // E: xb = xa + W2 g
+    prefetch_stage(p, 4 * l + 5);
+    for (int j = tid; j < mine.end - mine.begin; j += kThreads)
+      s.res[j] = tagged::await(p.act.xa + mine.begin + j, tag, p.poll_sleep_ns);
+    await_vector(p.act.g, hidden, tag, s.vec, p);
+    block_sync();
+    matvec(w2_of(p, l), s.vec, [&](int r, float v) { tagged::publish(p.act.xb + r, s.res[r - mine.begin] + v, tag); });
+  }
+  // logits = classifier RMSNorm(xb)
+  load_norm(norm, p.rms_final, dim);
+  await_vector(p.act.xb, dim, layer_tag(p, p.n_layers - 1), s.vec, p);
+  rmsnorm_in_place(s.vec, dim, norm, s.red);
+  matvec_chunked(classifier_of(p), s.vec, [&](int r, float v) { __stcg(p.io.logits + r, v); });
+  // Every block read *pos before writing its rows of xb, and block 0 has read all of xb.
+  if (blockIdx.x == 0 && tid == 0) *p.io.pos = pos + 1;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) unsigned char shared[];
+  step(p, carve(p, shared));
+#endif
+}
+
+// ---- Host: the plan -------------------------------------------------------------------------
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+[[noreturn]] void unsupported(const GpuModel& model, const std::string& what) {
+  throw std::invalid_argument("ch08 persistent step: " + what + " (" + model.config().summary() + ")");
+}
+
+Params params_for(const GpuModel& model, const StepBuffers& io) {
+  const wb::model::Config& c = model.config();
+  const wb::model::Weights& w = model.host().weights();
+  Params p{};
+  p.dim = c.dim;
+  p.hidden = c.hidden_dim;
+  p.n_layers = c.n_layers;
+  p.n_heads = c.n_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.head_size = c.head_size();
+  p.kv_dim = c.kv_dim();
+  p.vocab = c.vocab_size;
+  p.seq_len = c.seq_len;
+  p.embedding = model.device(w.token_embedding);
+  p.rms_att = model.device(w.layers[0].rms_att);
+  p.wqkv = model.qkv(0);
+  p.wo = model.device(w.layers[0].wo);
+  p.rms_ffn = model.device(w.layers[0].rms_ffn);
+  p.w13 = model.w13(0);
+  p.w2 = model.device(w.layers[0].w2);
+  p.rms_final = model.device(w.rms_final);
+  p.classifier = model.device(w.classifier);
+  p.io = io;
+  p.poll_sleep_ns = kPollSleepNs;
+  return p;
+}
+
+// The per-layer weights of the checkpoint are each one array over the layers ([layer][...]);
+// the kernel walks them with a stride, so check that they are.
+void check_layer_strides(const GpuModel& model) {
+  const wb::model::Config& c = model.config();
+  const wb::model::Weights& w = model.host().weights();
+  const std::size_t dim = c.dim, hidden = c.hidden_dim;
+  for (std::size_t l = 1; l < std::size_t(c.n_layers); ++l) {
+    const wb::model::LayerWeights &first = w.layers[0], &layer = w.layers[l];
+    if (layer.rms_att != first.rms_att + l * dim || layer.rms_ffn != first.rms_ffn + l * dim ||
+        layer.wo != first.wo + l * dim * dim || layer.w2 != first.w2 + l * dim * hidden)
+      unsupported(model, "the layers' weights are not laid out one array per kind ([layer][...])");
+  }
+}
+
+}  // namespace
+
+PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers) : model_(model), buffers_(buffers) {
+  const wb::model::Config& c = model.config();
+  // What the model must be, then what the GPU must have.
+  if (c.n_layers < 1) unsupported(model, "needs at least one layer");
+  if (c.dim % 4 != 0 || c.hidden_dim % 4 != 0 || c.head_size() % 4 != 0)
+    unsupported(model, "needs dim, hidden_dim and head_size to be multiples of 4 (rows of whole 16-byte units)");
+  if (c.dim > kMaxNormPerThread * kThreads)
+    unsupported(model, "a dim over " + std::to_string(kMaxNormPerThread * kThreads) + " is not planned for");
+  if (c.head_size() / 4 > kThreads) unsupported(model, "head_size is over " + std::to_string(4 * kThreads));
+  check_layer_strides(model);
+  int device = 0;
+  WB_CUDA(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  WB_CUDA(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 9)
+    unsupported(model, "needs Hopper or newer (its L2 bulk prefetch, sm_90); this GPU is sm_" +
+                           std::to_string(prop.major) + std::to_string(prop.minor));
+  const Params probe = params_for(model, buffers);
+  for (const void* ptr : {static_cast<const void*>(probe.embedding), static_cast<const void*>(probe.rms_att),
+                          static_cast<const void*>(probe.wqkv), static_cast<const void*>(probe.wo),
+                          static_cast<const void*>(probe.rms_ffn), static_cast<const void*>(probe.w13),
+                          static_cast<const void*>(probe.w2), static_cast<const void*>(probe.rms_final),
+                          static_cast<const void*>(probe.classifier), static_cast<const void*>(buffers.key_cache),
+                          static_cast<const void*>(buffers.value_cache)})
+    if (!aligned16(ptr)) unsupported(model, "a weight matrix or cache is not 16-byte aligned in device memory");
+
+  int optin = 0;
+  WB_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Shared memory not needed by the stages holds a head's cache history (keys and values).
+  const std::size_t base = layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, 0).total;
+  const std::size_t row_pair = 2 * sizeof(float) * std::size_t(c.head_size());
+  history_rows_ = base + row_pair <= std::size_t(optin) ? int(std::min<std::size_t>(c.seq_len, (optin - base) / row_pair)) : 0;
+  while (history_rows_ > 0 &&
+         layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, history_rows_).total > std::size_t(optin))
+    --history_rows_;  // the regions' 16-byte rounding
+  shared_bytes_ = layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, history_rows_).total;
+  if (shared_bytes_ > std::size_t(optin))
+    unsupported(model, "the scores of " + std::to_string(c.seq_len) + " positions and the stage vectors need " +
+                           std::to_string(shared_bytes_) + " bytes of shared memory; a block has " +
+                           std::to_string(optin));
+  WB_CUDA(cudaFuncSetAttribute(persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(shared_bytes_)));
+  int per_sm = 0;
+  WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_step_kernel, kThreads, shared_bytes_));
+  if (per_sm < 1) unsupported(model, "no block of the kernel fits on an SM");
+  // Every block must write some rows of xb (the last stage), which block 0 waits for before it
+  // advances *pos: so at most dim blocks (and at most what is resident at once: the blocks
+  // wait for each other).
+  max_blocks_ = std::min(per_sm * prop.multiProcessorCount, c.dim);
+  blocks_ = std::min(prop.multiProcessorCount, max_blocks_);
+  // The tagged activations: qkv, att, xa, xb, g; zero = tag 0, which no write carries.
+  tagged_words_ = std::size_t(c.dim + 2 * c.kv_dim()) + 3 * std::size_t(c.dim) + std::size_t(c.hidden_dim);
+  WB_CUDA(cudaMalloc(&tagged_, tagged_words_ * sizeof(std::uint64_t)));
+  WB_CUDA(cudaMemset(tagged_, 0, tagged_words_ * sizeof(std::uint64_t)));
+}
+
+PersistentStep::~PersistentStep() {
+  if (tagged_) cudaFree(tagged_);
+}
+
+void PersistentStep::set_blocks(int blocks) {
+  int device = 0, sms = 0;
+  WB_CUDA(cudaGetDevice(&device));
+  WB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (blocks == 0) blocks = std::min(sms, max_blocks_);
+  if (blocks < 1 || blocks > max_blocks_)
+    throw std::invalid_argument("ch08 persistent step: " + std::to_string(blocks) + " blocks; 1.." +
+                                std::to_string(max_blocks_) +
+                                " can run (all resident at once, at most dim); 0 = one per SM");
+  blocks_ = blocks;
+}
+
+void PersistentStep::enqueue(cudaStream_t stream) {
+  const wb::model::Config& c = model_.config();
+  Params p = params_for(model_, buffers_);
+  p.act.qkv = tagged_;
+  p.act.att = p.act.qkv + c.dim + 2 * c.kv_dim();
+  p.act.xa = p.act.att + c.dim;
+  p.act.xb = p.act.xa + c.dim;
+  p.act.g = p.act.xb + c.dim;
+  p.launch = launches_;
+  p.history_rows = history_rows_;
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;  // every block resident at once, or an error
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(blocks_));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared_bytes_;
+  config.stream = stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  WB_CUDA(cudaLaunchKernelEx(&config, persistent_step_kernel, p));
+  WB_CHECK_LAUNCH("persistent_step_kernel");
+  ++launches_;  // the next launch's tags (unsigned: wraps, as the kernel's arithmetic does)
+}
+
+}  // namespace ch08

@@ -1,0 +1,92 @@
+#pragma once
+// The whole decoding step as ONE persistent kernel: what comes after the CUDA graph.
+//
+// The graph removed the host's launch calls, but not the kernels' boundaries: inside a graph
+// each of the step's ~136 kernels still starts only when the one before it has finished, and
+// at batch 1 most of them are too short to hide that. This kernel runs the same forward pass
+// (embedding row, RMSNorm, packed QKV matvec, RoPE + cache append, attention, Wo + residual,
+// RMSNorm, packed W1|W3 matvec, SwiGLU, W2 + residual, ..., final norm, classifier) as one
+// launch of one block (8 warps) per SM:
+//
+//   - The blocks hand each other the stages' outputs (a few kilobytes) as tagged values
+//     (tagged_values.cuh): each value carries the layer and launch that wrote it, and a reader
+//     waits for exactly the values it needs. No grid barrier: a block starts a stage as soon
+//     as its own input exists.
+//   - Each block owns a contiguous range of rows of every matrix, so the weights it will read
+//     never depend on the activations: it asks L2 for its rows two stages ahead (bulk prefetch
+//     instructions, no waiting), and its warps then read them, a warp per group of rows, with
+//     16-byte loads. The device memory works on the next stages while the blocks wait for
+//     their inputs.
+//   - RMSNorm is recomputed by every block from the whole residual stream (a few kilobytes),
+//     so it needs no stage of its own; each block owns the W1 and W3 rows of the same hidden
+//     units, so SwiGLU is the end of its W1|W3 stage; RoPE and the cache append happen in the
+//     attention stage, one block per query head, which copies its head's cache rows into
+//     shared memory at the start of the layer (cp.async), while it computes its share of Wqkv.
+//
+// Same arithmetic as llama2.c's run.c in fp32, in another order: the logits match the CPU
+// engine within the model tests' tolerance, and they are the same bit for bit whatever the
+// number of blocks (every dot product and every norm is summed in one fixed order).
+//
+// Measured on the H200 (data/results/08_token_loop-solution.json, 08_persistent): faster than
+// the graph on both models, and still far from the weight-bytes roofline: each layer is a
+// chain of five hand-offs between blocks plus attention in one block per head, and at batch 1
+// that chain, not the bytes, sets the time (chapter 08's lesson has the figures).
+//
+// Decoder code, not the student's: it uses none of the chapter's kernels. GpuDecoder runs it
+// in StepMode::Persistent; its tests are tests/08_token_loop/test_persistent.cu (reference build
+// only). Needs Hopper (sm_90: the L2 bulk prefetch) and a model whose rows are whole 16-byte
+// units; PersistentStep's constructor says what a model or GPU lacks.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ch08 {
+
+class GpuModel;
+
+// The decoder's buffers the step reads and writes (allocated by GpuDecoder); the activations
+// between the stages are the step's own.
+struct StepBuffers {
+  float* logits = nullptr;       // vocab
+  float* key_cache = nullptr;    // [layer][seq_len][kv_dim]
+  float* value_cache = nullptr;
+  int* pos = nullptr;            // read, then advanced by the kernel
+  const int* token = nullptr;    // the token of this step
+};
+
+class PersistentStep {
+ public:
+  // Plans the kernel for this model on the current device (one block per SM, shared memory
+  // for a head's cache history) and allocates its tagged activations. Throws
+  // std::invalid_argument saying what the model or the GPU lacks (then the other step modes
+  // still work).
+  PersistentStep(const GpuModel& model, const StepBuffers& buffers);
+  ~PersistentStep();
+  PersistentStep(const PersistentStep&) = delete;
+  PersistentStep& operator=(const PersistentStep&) = delete;
+
+  // One forward pass of *token at *pos, then ++*pos: one cooperative launch on `stream`.
+  void enqueue(cudaStream_t stream);
+
+  // Blocks of the grid: 0 = one per SM (the default). At most what is resident at once (a
+  // cooperative launch: the blocks wait for each other) and at most dim (every block writes
+  // some of the residual stream); throws std::invalid_argument otherwise. Between launches.
+  void set_blocks(int blocks);
+  int blocks() const { return blocks_; }
+  int max_blocks() const { return max_blocks_; }
+  std::size_t shared_bytes() const { return shared_bytes_; }
+  int history_rows() const { return history_rows_; }  // cache rows a head block holds in shared memory
+
+ private:
+  const GpuModel& model_;
+  StepBuffers buffers_;
+  std::uint64_t* tagged_ = nullptr;  // the stages' outputs, tagged (tagged_values.cuh)
+  std::size_t tagged_words_ = 0;
+  std::uint32_t launches_ = 0;       // the tags of launch n are n * n_layers + layer + 1
+  int blocks_ = 0, max_blocks_ = 0, history_rows_ = 0;
+  std::size_t shared_bytes_ = 0;
+};
+
+}  // namespace ch08
