@@ -9,6 +9,7 @@
 //                                                          # chapter 07's samplers pick
 //   ./workbook generate --backend 08 --temperature 0.8 --top-p 0.9
 //                                                          # chapter 08: the whole token loop on the GPU
+//   ./workbook generate --backend 08 --step persistent     # chapter 08's decoder as one persistent kernel
 //
 // The CPU backend runs here (wb::model). The GPU backends live in the chapters' libraries,
 // which only chapter 03's bench program links (all three chapters, one build): this
@@ -66,6 +67,7 @@ struct Options {
   std::string sampler;  // "" = the model engine's own; cpu or 07 = chapter 07's
   int top_k = 0;
   float top_p = 1.0f;
+  std::string step = "graph";  // backend 08: graph, step_by_step or persistent
 };
 
 // The GPU generators live in chapter bench programs (each links its chapter libraries): build
@@ -108,7 +110,8 @@ int generate_with_chapter_sampler(const Options& o) {
 // references itself (manifest "uses").
 int generate_with_chapter_08(const Options& o) {
   return build_and_generate(o, "08", "chapter 08", "backend 08 needs chapter 08 configured",
-                            {"--top-k", std::to_string(o.top_k), "--top-p", std::to_string(o.top_p)},
+                            {"--top-k", std::to_string(o.top_k), "--top-p", std::to_string(o.top_p), "--step",
+                             o.step},
                             "backend 08 needs a CUDA device; try --backend cpu");
 }
 
@@ -150,6 +153,11 @@ void register_generate(CLI::App& app) {
                   "with --sampler or --backend 08: keep the k most probable tokens (0 = off)")
       ->capture_default_str();
   cmd->add_option("--top-p", options->top_p, "with --sampler or --backend 08: keep the nucleus of this mass (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--step", options->step,
+                  "with --backend 08: graph (the step as one CUDA graph), step_by_step (kernel by kernel) or "
+                  "persistent (the decoder's own persistent kernel, Hopper GPUs)")
+      ->check(CLI::IsMember({"graph", "step_by_step", "persistent"}))
       ->capture_default_str();
   cmd->add_option("--save-synthetic", options->save_synthetic,
                   "write the synthetic 110M model as a llama2.c checkpoint to this file and exit");

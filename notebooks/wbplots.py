@@ -377,7 +377,7 @@ def fusion_plots(tests_dir=None) -> list:
 
 LADDER_CHAPTERS = ladder_chapters() if TESTS_DIR.is_dir() else ("01", "02", "03", "08")
 LADDER_ORDER = ["cpu_1thread", "cpu_all_threads", "01_naive", "02_preallocated", "03_persistent",
-                "08_step_by_step", "08_graph"]
+                "08_step_by_step", "08_graph", "08_persistent"]
 BREAKDOWN_ORDER = ["alloc", "h2d", "kernel", "d2h", "free"]
 # The model the ladder compares on. Chapter 08's bench also decodes stories260K; those entries
 # are drawn beside the ladder (capstone_rows), never mixed into it.
@@ -424,7 +424,9 @@ def ladder(results: ResultsSet, build: str = "solution", shape: str = LADDER_SHA
 # --------------------------------------------------------------------------------------
 
 CAPSTONE_CHAPTER = "08"
-CAPSTONE_VARIANTS = ("08_step_by_step", "08_graph")
+# 08_persistent: the decoder's own persistent kernel (tests/08_token_loop/persistent_step.hpp),
+# the step after the graph; it has no stage_us (one kernel), its plan instead (persistent_*).
+CAPSTONE_VARIANTS = ("08_step_by_step", "08_graph", "08_persistent")
 CAPSTONE_SHAPES = ("synthetic-110m", "stories260K")
 STAGE_KEY = "stage_us"  # µs per step by stage: each stage's launches as a graph of their own, replayed
 STAGE_ORDER = ("embed_norm", "matvec", "rope", "attention", "swiglu", "sampler")

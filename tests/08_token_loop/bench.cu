@@ -4,13 +4,16 @@
 //   03_persistent     chapter 03 (reference): weights resident, the rest on the CPU
 //   08_step_by_step   this chapter's decoder, every kernel launched from the host
 //   08_graph          the same step captured once as a CUDA graph, one launch per token
+//   08_persistent     the decoder's own persistent step (persistent_step.hpp): the whole step
+//                     as one kernel, none of the chapter's kernels (where the GPU can run it)
 // greedy decoding from BOS, tokens/s over all steps but the first. The 08 entries add where
 // the step's device time goes (stage_us, a graph per stage), the weight bytes a token reads and the
 // roofline: tokens/s if every weight were read once per token at the measured read ceiling.
 //
-//   build/bin/bench_08_<build> [--out FILE] [--quick] [--steps N]
+//   build/bin/bench_08_<build> [--out FILE] [--quick] [--steps N] [--persistent-blocks B,...]
 //   build/bin/bench_08_<build> generate [--model F] [--tokenizer F] [--prompt TEXT] [--steps N]
-//                              [--temperature T] [--top-k K] [--top-p P] [--seed S] [--graph on|off]
+//                              [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//                              [--step graph|step_by_step|persistent]
 // Writes results/08_token_loop-<build>.json, one entry per (variant, shape), shapes
 // "stories260K" (when WB_DATA_DIR has it) and "synthetic-110m" (the ladder's model).
 #include <CLI/CLI.hpp>
@@ -61,8 +64,24 @@ void print_row(const std::string& variant, double tps, double cpu_tps, double ro
   std::fflush(stdout);
 }
 
+// The persistent step's tokens/s at other grid sizes (--persistent-blocks), printed only: how
+// the hand-offs between blocks and the per-SM weight stream trade off for this model.
+void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grids, int steps) {
+  if (grids.empty() || !dec.persistent_step()) return;
+  dec.set_mode(ch08::StepMode::Persistent);
+  std::printf("  persistent step by grid size (blocks: tok/s):");
+  for (int blocks : grids) {
+    if (blocks > dec.persistent_step()->max_blocks()) continue;  // more than can run (at most dim)
+    dec.set_persistent_blocks(blocks);
+    std::printf(" %d: %.1f", dec.persistent_step()->blocks(), dec.measure_tokens_per_s(steps));
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+  dec.set_persistent_blocks(0);
+}
+
 void bench_model(wb::ResultsWriter& writer, const std::string& build, const Model& model,
-                 const std::string& shape, int steps) {
+                 const std::string& shape, int steps, const std::vector<int>& persistent_grids) {
   const int all = wb::model::max_threads();
   steps = std::min(steps, model.config().seq_len - 1);
   std::printf("\n%s: %s\n  %s\n  %-16s %10s %10s %10s\n", shape.c_str(), model.origin().c_str(),
@@ -104,8 +123,12 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
     std::fprintf(stderr, "measuring the stages of the step on %s (a graph per stage, at position %d)...\n",
                  shape.c_str(), stage_position);
     const ch08::StageTimes stages = dec.measure_stages(stage_position);
-    for (ch08::StepMode mode : {ch08::StepMode::StepByStep, ch08::StepMode::Graph}) {
+    std::vector<ch08::StepMode> modes{ch08::StepMode::StepByStep, ch08::StepMode::Graph};
+    if (dec.persistent_step()) modes.push_back(ch08::StepMode::Persistent);
+    else std::printf("  (08_persistent skipped: %s)\n", dec.persistent_unavailable().c_str());
+    for (ch08::StepMode mode : modes) {
       const std::string variant = std::string("08_") + ch08::to_string(mode);
+      const bool persistent = mode == ch08::StepMode::Persistent;
       std::fprintf(stderr, "running %s on %s...\n", variant.c_str(), shape.c_str());
       dec.set_mode(mode);
       const double tps = dec.measure_tokens_per_s(steps);
@@ -117,18 +140,26 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
       m["tokens_timed"] = steps - 1;
       m["steps"] = steps;
       m["mode"] = ch08::to_string(mode);
-      m["stage_us"] = stage_json(stages);
-      m["stage_method"] = "per stage, a CUDA graph of only that stage's launches of one step, replayed back to "
-                          "back at position " + std::to_string(stage_position) +
-                          " (the mean position of the timed run), event-timed; the greedy sampler likewise "
-                          "(the same for both modes)";
-      m["stage_position"] = stage_position;
-      m["stage_nodes"] = stage_nodes_json(stages);
+      if (persistent) {
+        // One kernel: no stages to time apart. Its plan instead.
+        const ch08::PersistentStep& ps = *dec.persistent_step();
+        m["persistent_blocks"] = ps.blocks();
+        m["persistent_shared_bytes"] = ps.shared_bytes();
+        m["persistent_history_rows"] = ps.history_rows();
+      } else {
+        m["stage_us"] = stage_json(stages);
+        m["stage_method"] = "per stage, a CUDA graph of only that stage's launches of one step, replayed back to "
+                            "back at position " + std::to_string(stage_position) +
+                            " (the mean position of the timed run), event-timed; the greedy sampler likewise "
+                            "(the same for both modes)";
+        m["stage_position"] = stage_position;
+        m["stage_nodes"] = stage_nodes_json(stages);
+      }
       m["breakdown_us"] = {{"alloc", 0.0}, {"h2d", 0.0}, {"kernel", 1e6 / tps}, {"d2h", 0.0}, {"free", 0.0}};
       m["breakdown_method"] =
           "the whole token (step, sampler, the 4-byte token copy back) under 'kernel': 1e6 / tokens_per_s";
       m["host_launches_per_token"] = dec.host_launches_per_step();
-      m["step_nodes"] = dec.step_nodes();
+      m["step_nodes"] = persistent ? 1 : dec.step_nodes();
       m["sampler_nodes"] = dec.sampler_nodes();
       m["weight_bytes_per_token"] = bytes;
       m["roofline_tokens_per_s"] = roofline;
@@ -136,6 +167,7 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
       writer.add_metrics(variant, build, shape, m);
       print_row(variant, tps, cpu_tps, roofline);
     }
+    sweep_persistent_blocks(dec, persistent_grids, steps);
     std::printf("  stages of the step as graphs (us, position %d): embed+norm %.1f, matvec %.1f, rope %.1f, attention %.1f, "
                 "swiglu %.1f, sampler %.1f; roofline %.0f tok/s (%.1f MB per token at %.0f GB/s)\n",
                 stage_position, stages.embed_norm_us, stages.matvec_us, stages.rope_us, stages.attention_us, stages.swiglu_us,
@@ -145,20 +177,20 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
   }
 }
 
-int run_bench(const std::string& build, const std::string& out, int steps) {
+int run_bench(const std::string& build, const std::string& out, int steps, const std::vector<int>& persistent_grids) {
   wb::ResultsWriter writer("08_token_loop", build);
   std::printf("chapter 08, the whole token loop on the GPU (%s build) on %s, %d CPU threads; greedy, %d steps\n",
               build.c_str(), wb::device_info().name.c_str(), wb::model::max_threads(), steps);
   std::string why;
   if (const auto files = wb::model::tiny_stories_from_env(&why)) {
     const Model m = wb::model::load_checkpoint(files->model);
-    bench_model(writer, build, m, "stories260K", steps);
+    bench_model(writer, build, m, "stories260K", steps, persistent_grids);
   } else {
     std::printf("\n(stories260K skipped: %s)\n", why.c_str());
   }
   std::fprintf(stderr, "generating the synthetic 110M model...\n");
   const Model m = wb::model::make_synthetic(wb::model::synthetic_110m());
-  bench_model(writer, build, m, "synthetic-110m", steps);
+  bench_model(writer, build, m, "synthetic-110m", steps, persistent_grids);
   const auto path = out.empty() ? writer.default_path() : fs::path(out);
   writer.write(path);
   std::printf("\nwrote %s\n", path.string().c_str());
@@ -166,7 +198,7 @@ int run_bench(const std::string& build, const std::string& out, int steps) {
 }
 
 struct GenerateArgs {
-  std::string model_path, tokenizer_path, prompt, graph = "on";
+  std::string model_path, tokenizer_path, prompt, step = "graph";
   int steps = 256;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -209,9 +241,12 @@ int run_generate(const GenerateArgs& a) {
     }
     tok.emplace(wb::model::Tokenizer::load(tokenizer_path, model->config().vocab_size));
   }
-  const ch08::StepMode mode = a.graph == "on" ? ch08::StepMode::Graph : ch08::StepMode::StepByStep;
+  const ch08::StepMode mode = a.step == "persistent"     ? ch08::StepMode::Persistent
+                              : a.step == "step_by_step" ? ch08::StepMode::StepByStep
+                                                         : ch08::StepMode::Graph;
   std::cerr << "model: " << model->origin() << "\n  " << model->config().summary()
             << "\ndecoder: chapter 08 (" << WB_BUILD_NAME << " build), " << ch08::to_string(mode)
+            << (mode == ch08::StepMode::Persistent ? " (the decoder's own kernel, not the chapter's)" : "")
             << ", the fused GPU sampler (chapter 07)\n";
   ch08::GpuModel gm(*model);
   ch08::GpuDecoder dec(gm);
@@ -248,6 +283,10 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "results file (default: results/08_token_loop-<build>.json)");
   app.add_flag("--quick", quick, "32 steps instead of 256");
   app.add_option("--steps", steps, "forward passes per variant (default 256, like the llama2.c anchors)");
+  std::vector<int> persistent_grids;
+  app.add_option("--persistent-blocks", persistent_grids,
+                 "also time the persistent step with these grid sizes (printed, not written)")
+      ->delimiter(',');
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "generate text with the chapter 08 decoder (./workbook generate --backend 08)");
@@ -259,8 +298,10 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", g.top_k, "keep the k most probable tokens (0 = off)");
   gen->add_option("--top-p", g.top_p, "keep the nucleus of this mass (1 = off)");
   gen->add_option("--seed", g.seed, "sampling seed");
-  gen->add_option("--graph", g.graph, "on: the step as a CUDA graph (default); off: launched kernel by kernel")
-      ->check(CLI::IsMember({"on", "off"}));
+  gen->add_option("--step", g.step,
+                  "graph: the step as a CUDA graph (default); step_by_step: launched kernel by kernel; "
+                  "persistent: the decoder's persistent kernel (Hopper)")
+      ->check(CLI::IsMember({"graph", "step_by_step", "persistent"}));
   CLI11_PARSE(app, argc, argv);
 
   if (!wb::has_cuda_device()) {
@@ -269,7 +310,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (gen->parsed()) return run_generate(g);
-    return run_bench(build, out, steps > 0 ? steps : (quick ? 32 : 256));
+    return run_bench(build, out, steps > 0 ? steps : (quick ? 32 : 256), persistent_grids);
   } catch (const wb::NotImplemented& e) {
     std::cerr << "bench_08: " << e.what() << "\nfinish the chapter's TODOs first (./workbook check 08)\n";
     return 1;
