@@ -304,17 +304,19 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 
 // ---- Attention ------------------------------------------------------------------------------
 
-// The rows t < pos of a head's keys and values were written by earlier launches: the head's block
-// copies them into shared memory (cp.async, 16 bytes per copy, no thread waits) at the start of
-// the layer, so that they have arrived by the time its attention stage needs them, while the
-// block computes its share of Wqkv. At most p.history_rows rows (what shared memory holds);
-// later rows are read from device memory. Returns the rows copied.
+// 16 bytes from device to shared memory, without the thread waiting (cp.async; cp.async.wait_all
+// waits for the thread's copies).
 __device__ __forceinline__ void copy16_async(float* dst, const float* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(dst))),
                "l"(src)
                : "memory");
 }
 
+// The rows t < pos of a head's keys and values were written by earlier launches: the head's block
+// copies them into shared memory at the start of the layer, so that they have arrived by the
+// time its attention stage needs them, while the block computes its share of Wqkv. At most
+// p.history_rows rows (what shared memory holds); later rows are read from device memory.
+// Returns the rows copied.
 __device__ int copy_history(const Params& p, const Shared& s, int layer, int h, int pos) {
   const int hs = p.head_size, kv = p.kv_dim, group = h / (p.n_heads / p.n_kv_heads), pieces = hs / 4;
   const int rows = min(pos, p.history_rows);
@@ -454,8 +456,9 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
 }
 
 // The tag of every value written for `layer` in launch `launch` (tagged_values.cuh): unique
-// until the 32-bit count wraps, after 2^32 / n_layers launches; never 0, the buffers' first
-// contents.
+// until the 32-bit count wraps, after 2^32 / n_layers launches, and until then never 0 (the
+// buffers' first contents). A reader compares tags for equality only, so the wrap is harmless:
+// by then every word carries a recent tag.
 __device__ __forceinline__ std::uint32_t layer_tag(const Params& p, int layer) {
   return p.launch * std::uint32_t(p.n_layers) + std::uint32_t(layer) + 1u;
 }
