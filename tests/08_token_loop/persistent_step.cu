@@ -648,6 +648,10 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
   tagged_words_ = std::size_t(c.dim + 2 * c.kv_dim()) + 3 * std::size_t(c.dim) + std::size_t(c.hidden_dim);
   WB_CUDA(cudaMalloc(&tagged_, tagged_words_ * sizeof(std::uint64_t)));
   WB_CUDA(cudaMemset(tagged_, 0, tagged_words_ * sizeof(std::uint64_t)));
+  // The memset runs on the legacy stream, which the decoder's non-blocking stream does not wait
+  // for; and the memory may be an earlier decoder's, whose words carry the tags this one's first
+  // launch will wait for. So the zeros must be there before any launch: wait here, once.
+  WB_CUDA(cudaDeviceSynchronize());
 }
 
 PersistentStep::~PersistentStep() {
