@@ -131,6 +131,34 @@ inline std::optional<wb::model::TinyStoriesFiles> stories_or_skip() {
   return files;
 }
 
+// The prompts the greedy tests decode from (one under compute-sanitizer: quick()).
+inline std::vector<std::string> greedy_prompts() {
+  if (wb::coverage::quick()) return {"Once upon a time"};
+  return {"", "Once upon a time", "Lily and Ben went to the park", "The little dog"};
+}
+
+// True where CUPTI can count API calls; otherwise marks the test case skipped and says why.
+inline bool cupti_or_skip() {
+  if (wb::ApiCounter::available()) return true;
+  wb::testing::mark_skipped("CUPTI is not available: " + wb::ApiCounter::unavailable_reason());
+  return false;
+}
+
+// What CUPTI counts during one generate() from BOS, after one that is not counted (in Graph
+// mode it captures the step), and the forward passes it ran.
+struct CountedDecode {
+  wb::ApiCounts counts;
+  int passes = 0;
+};
+
+inline CountedDecode count_decode(ch08::GpuDecoder& dec, int steps, const ch07::SamplingParams& sampling) {
+  const std::vector<int> bos{Tokenizer::kBos};
+  (void)dec.generate(bos, steps, sampling);
+  wb::ApiCounter counter;
+  (void)dec.generate(bos, steps, sampling);
+  return {counter.counts(), dec.forward_passes()};
+}
+
 // The tokens the CPU engine produces (wb::model::generate: BOS first, prompt forced).
 inline std::vector<int> cpu_greedy(const Model& m, const Tokenizer& tok, const std::string& prompt, int steps) {
   wb::model::CpuMatmul cpu(kCpuThreads);
@@ -174,6 +202,17 @@ inline void compare_greedy(const Model& m, const std::vector<int>& cpu, const st
                       << "logits there are " << gap << " apart, far more than float noise (" << noise
                       << "): the GPU's logits are wrong, not tied.\nhint: the teacher-forced logits test "
                          "says where the logits go wrong first");
+}
+
+// A natural teacher-forced sequence of `length` tokens for stories260K: the CPU's own greedy
+// story, continued past its end (BOS) with random tokens drawn for `label`.
+inline std::vector<int> stories_teacher_sequence(const Model& m, const Tokenizer& tok, int length,
+                                                 const std::string& label) {
+  std::vector<int> tokens = cpu_greedy(m, tok, "Once upon a time", length);
+  const std::vector<int> more = random_sequence(m, length, label);
+  for (std::size_t i = 1; int(tokens.size()) < length; ++i) tokens.push_back(more[i]);
+  tokens.resize(std::size_t(length));
+  return tokens;
 }
 
 inline std::string decode_text(const Tokenizer& tok, const std::vector<int>& tokens) {

@@ -78,10 +78,7 @@ TEST_CASE("StepGraph: capture, replay, a second capture replaces the first") {
 
 TEST_CASE("StepGraph: every graph it makes is destroyed (recapture, failed capture, destructor)") {
   WB_REQUIRE_GPU();
-  if (!wb::ApiCounter::available()) {
-    wb::testing::mark_skipped("CUPTI is not available: " + wb::ApiCounter::unavailable_reason());
-    return;
-  }
+  if (!cupti_or_skip()) return;
   cudaStream_t s;
   WB_CUDA(cudaStreamCreate(&s));
   wb::DeviceBuffer<int> value(1);
@@ -198,12 +195,7 @@ TEST_CASE("teacher-forced logits match the CPU engine at every position (stories
   if (!files) return;
   const Model m = wb::model::load_checkpoint(files->model);
   const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
-  // A natural sequence: the CPU's own greedy story, continued past BOS with the prompt's text.
-  const int length = steps_for(256);
-  std::vector<int> tokens = cpu_greedy(m, tok, "Once upon a time", length);
-  const std::vector<int> more = random_sequence(m, length, "ch08/model/teacher/stories");
-  for (std::size_t i = 1; int(tokens.size()) < length; ++i) tokens.push_back(more[i]);
-  tokens.resize(length);
+  const std::vector<int> tokens = stories_teacher_sequence(m, tok, steps_for(256), "ch08/model/teacher/stories");
   check_teacher_forced(m, tokens, ch08::StepMode::StepByStep, "stories260K, step by step");
   check_teacher_forced(m, tokens, ch08::StepMode::Graph, "stories260K, graph");
 }
@@ -230,8 +222,7 @@ TEST_CASE("greedy decoding of stories260K gives the CPU engine's tokens (256 ste
   const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
-  std::vector<std::string> prompts{"", "Once upon a time", "Lily and Ben went to the park", "The little dog"};
-  if (wb::coverage::quick()) prompts = {"Once upon a time"};
+  const std::vector<std::string> prompts = greedy_prompts();
   const int steps = steps_for(256);
   for (const std::string& prompt : prompts) {
     CAPTURE(prompt);
@@ -307,26 +298,18 @@ TEST_CASE("sampling (temperature 0.8, top_p 0.9) is reproducible for a seed, dif
 
 TEST_CASE("per token: one graph launch, no allocation, no device synchronize, 4 bytes back") {
   WB_REQUIRE_GPU();
-  if (!wb::ApiCounter::available()) {
-    wb::testing::mark_skipped("CUPTI is not available: " + wb::ApiCounter::unavailable_reason());
-    return;
-  }
+  if (!cupti_or_skip()) return;
   const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
   const int layers = m.config().n_layers, steps = steps_for(48);
   const ch07::SamplingParams sampled{1.0f, 0, 1.0f, 11, 0};  // every pass samples (no BOS stop in practice)
   const double sampler = double(sampler_launches(m.config().vocab_size, sampled));
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
-  const std::vector<int> bos{Tokenizer::kBos};
   double per_token[2] = {0, 0};
   for (ch08::StepMode mode : {ch08::StepMode::StepByStep, ch08::StepMode::Graph}) {
     CAPTURE(ch08::to_string(mode));
     dec.set_mode(mode);
-    (void)dec.generate(bos, steps, sampled);  // captures (Graph): not counted
-    wb::ApiCounter counter;
-    (void)dec.generate(bos, steps, sampled);
-    const wb::ApiCounts c = counter.counts();
-    const int passes = dec.forward_passes();
+    const auto [c, passes] = count_decode(dec, steps, sampled);
     REQUIRE(passes > 0);
     const double launches = double(c.launches) / passes;
     per_token[mode == ch08::StepMode::Graph] = launches;

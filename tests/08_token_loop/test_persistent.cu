@@ -18,8 +18,10 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_decoder.hpp"
@@ -47,6 +49,22 @@ bool persistent_runs_here(const Model& m) {
   if (dec.persistent_step()) return true;
   wb::testing::mark_skipped("the persistent step cannot run here: " + dec.persistent_unavailable());
   return false;
+}
+
+struct Stories {
+  Model model;
+  Tokenizer tok;
+};
+
+// stories260K and its tokenizer, or nothing (the case marked skipped) where WB_DATA_DIR lacks
+// them or the persistent step cannot run here.
+std::optional<Stories> stories_or_skip_here() {
+  const auto files = stories_or_skip();
+  if (!files) return std::nullopt;
+  Model m = wb::model::load_checkpoint(files->model);
+  if (!persistent_runs_here(m)) return std::nullopt;
+  Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
+  return Stories{std::move(m), std::move(tok)};
 }
 
 void check_every_grid(const Model& m, const std::vector<int>& tokens, const std::string& what) {
@@ -81,16 +99,10 @@ TEST_CASE("persistent step: teacher-forced logits match the CPU engine (syntheti
 
 TEST_CASE("persistent step: teacher-forced logits match the CPU engine (stories260K, every grid)") {
   WB_REQUIRE_GPU();
-  const auto files = stories_or_skip();
-  if (!files) return;
-  const Model m = wb::model::load_checkpoint(files->model);
-  if (!persistent_runs_here(m)) return;
-  const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
-  const int length = steps_for(256);
-  std::vector<int> tokens = cpu_greedy(m, tok, "Once upon a time", length);
-  const std::vector<int> more = random_sequence(m, length, "ch08/persistent/teacher/stories");
-  for (std::size_t i = 1; int(tokens.size()) < length; ++i) tokens.push_back(more[i]);
-  tokens.resize(std::size_t(length));
+  const auto stories = stories_or_skip_here();
+  if (!stories) return;
+  const auto& [m, tok] = *stories;
+  const std::vector<int> tokens = stories_teacher_sequence(m, tok, steps_for(256), "ch08/persistent/teacher/stories");
   check_every_grid(m, tokens, "stories260K, persistent");
 }
 
@@ -129,16 +141,13 @@ TEST_CASE("persistent step: the logits are the same bit for bit whatever the gri
 
 TEST_CASE("persistent step: greedy decoding gives the CPU engine's tokens and llama2.c's text (stories260K)") {
   WB_REQUIRE_GPU();
-  const auto files = stories_or_skip();
-  if (!files) return;
-  const Model m = wb::model::load_checkpoint(files->model);
-  if (!persistent_runs_here(m)) return;
-  const Tokenizer tok = Tokenizer::load(files->tokenizer, m.config().vocab_size);
+  const auto stories = stories_or_skip_here();
+  if (!stories) return;
+  const auto& [m, tok] = *stories;
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
   dec.set_mode(ch08::StepMode::Persistent);
-  std::vector<std::string> prompts{"", "Once upon a time", "Lily and Ben went to the park", "The little dog"};
-  if (wb::coverage::quick()) prompts = {"Once upon a time"};
+  const std::vector<std::string> prompts = greedy_prompts();
   const int steps = steps_for(256);
   for (const std::string& prompt : prompts) {
     CAPTURE(prompt);
@@ -156,10 +165,7 @@ TEST_CASE("persistent step: greedy decoding gives the CPU engine's tokens and ll
 
 TEST_CASE("persistent step: per token one kernel launch, no allocation, no synchronize, 4 bytes back") {
   WB_REQUIRE_GPU();
-  if (!wb::ApiCounter::available()) {
-    wb::testing::mark_skipped("CUPTI is not available: " + wb::ApiCounter::unavailable_reason());
-    return;
-  }
+  if (!cupti_or_skip()) return;
   const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
   if (!persistent_runs_here(m)) return;
   const int steps = steps_for(48);
@@ -168,12 +174,7 @@ TEST_CASE("persistent step: per token one kernel launch, no allocation, no synch
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
   dec.set_mode(ch08::StepMode::Persistent);
-  const std::vector<int> bos{Tokenizer::kBos};
-  (void)dec.generate(bos, steps, sampled);
-  wb::ApiCounter counter;
-  (void)dec.generate(bos, steps, sampled);
-  const wb::ApiCounts c = counter.counts();
-  const int passes = dec.forward_passes();
+  const auto [c, passes] = count_decode(dec, steps, sampled);
   REQUIRE(passes > 0);
   const double launches = double(c.launches) / passes;
   wb::testing::record_metric("launches_per_token_persistent", launches);
