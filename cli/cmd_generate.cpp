@@ -10,6 +10,7 @@
 //   ./workbook generate --backend 08 --temperature 0.8 --top-p 0.9
 //                                                          # chapter 08: the whole token loop on the GPU
 //   ./workbook generate --backend 08 --step persistent     # chapter 08's decoder as one persistent kernel
+//   ./workbook generate --backend 08 --step persistent --plan grid   # ... spread over every SM
 //
 // The CPU backend runs here (wb::model). The GPU backends live in the chapters' libraries,
 // which only chapter 03's bench program links (all three chapters, one build): this
@@ -68,6 +69,7 @@ struct Options {
   int top_k = 0;
   float top_p = 1.0f;
   std::string step = "graph";  // backend 08: graph, step_by_step or persistent
+  std::string plan = "auto";   // backend 08 --step persistent: auto, grid or cluster
 };
 
 // The GPU generators live in chapter bench programs (each links its chapter libraries): build
@@ -111,7 +113,7 @@ int generate_with_chapter_sampler(const Options& o) {
 int generate_with_chapter_08(const Options& o) {
   return build_and_generate(o, "08", "chapter 08", "backend 08 needs chapter 08 configured",
                             {"--top-k", std::to_string(o.top_k), "--top-p", std::to_string(o.top_p), "--step",
-                             o.step},
+                             o.step, "--plan", o.plan},
                             "backend 08 needs a CUDA device; try --backend cpu");
 }
 
@@ -158,6 +160,12 @@ void register_generate(CLI::App& app) {
                   "with --backend 08: graph (the step as one CUDA graph), step_by_step (kernel by kernel) or "
                   "persistent (the decoder's own persistent kernel, Hopper GPUs)")
       ->check(CLI::IsMember({"graph", "step_by_step", "persistent"}))
+      ->capture_default_str();
+  cmd->add_option("--plan", options->plan,
+                  "with --backend 08 --step persistent: auto (cluster where the model fits one), grid (one block "
+                  "per SM) or cluster (one thread-block cluster holding the weights, for models as small as "
+                  "stories260K)")
+      ->check(CLI::IsMember({"auto", "grid", "cluster"}))
       ->capture_default_str();
   cmd->add_option("--save-synthetic", options->save_synthetic,
                   "write the synthetic 110M model as a llama2.c checkpoint to this file and exit");

@@ -5,7 +5,9 @@
 //   08_step_by_step   this chapter's decoder, every kernel launched from the host
 //   08_graph          the same step captured once as a CUDA graph, one launch per token
 //   08_persistent     the decoder's own persistent step (persistent_step.hpp): the whole step
-//                     as one kernel, none of the chapter's kernels (where the GPU can run it)
+//                     as one kernel, none of the chapter's kernels (where the GPU can run it);
+//                     its default plan (one thread-block cluster where one holds the model,
+//                     stories260K; else the grid), both plans' tokens/s beside it
 // greedy decoding from BOS, tokens/s over all steps but the first. The 08 entries add where
 // the step's device time goes (stage_us, a graph per stage), the weight bytes a token reads and the
 // roofline: tokens/s if every weight were read once per token at the measured read ceiling.
@@ -13,7 +15,7 @@
 //   build/bin/bench_08_<build> [--out FILE] [--quick] [--steps N] [--persistent-blocks B,...]
 //   build/bin/bench_08_<build> generate [--model F] [--tokenizer F] [--prompt TEXT] [--steps N]
 //                              [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//                              [--step graph|step_by_step|persistent]
+//                              [--step graph|step_by_step|persistent] [--plan auto|grid|cluster]
 // Writes results/08_token_loop-<build>.json, one entry per (variant, shape), shapes
 // "stories260K" (when WB_DATA_DIR has it) and "synthetic-110m" (the ladder's model).
 #include <CLI/CLI.hpp>
@@ -69,7 +71,9 @@ void print_row(const std::string& variant, double tps, double cpu_tps, double ro
 void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grids, int steps) {
   if (grids.empty() || !dec.persistent_step()) return;
   dec.set_mode(ch08::StepMode::Persistent);
-  std::printf("  persistent step by grid size (blocks: tok/s):");
+  const ch08::PersistentPlan chosen = dec.persistent_step()->plan();
+  dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+  std::printf("  persistent step (grid plan) by grid size (blocks: tok/s):");
   for (int blocks : grids) {
     if (blocks > dec.persistent_step()->max_blocks()) continue;  // more than can run (at most dim)
     dec.set_persistent_blocks(blocks);
@@ -78,6 +82,29 @@ void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grid
   }
   std::printf("\n");
   dec.set_persistent_blocks(0);
+  dec.set_persistent_plan(chosen);
+}
+
+// The persistent step's tokens/s with each plan it can run (PersistentPlan), the default's
+// (`measured`, just timed) included; the decoder is left in its default plan.
+nlohmann::json plan_tokens_per_s(ch08::GpuDecoder& dec, int steps, double measured) {
+  const ch08::PersistentStep& ps = *dec.persistent_step();
+  const ch08::PersistentPlan chosen = ps.plan();
+  nlohmann::json out;
+  for (ch08::PersistentPlan plan : {ch08::PersistentPlan::Grid, ch08::PersistentPlan::Cluster}) {
+    if (plan == chosen) {
+      out[ch08::plan_name(plan)] = measured;
+    } else if (plan == ch08::PersistentPlan::Grid || ps.cluster_unavailable().empty()) {
+      dec.set_persistent_plan(plan);
+      out[ch08::plan_name(plan)] = dec.measure_tokens_per_s(steps);
+    }
+  }
+  dec.set_persistent_plan(chosen);
+  std::printf("  persistent step by plan (tok/s): grid %.1f, cluster %s (the bench's row: %s)\n",
+              out.at("grid").get<double>(),
+              out.contains("cluster") ? std::to_string(out.at("cluster").get<double>()).c_str() : "cannot run",
+              ch08::plan_name(chosen));
+  return out;
 }
 
 void bench_model(wb::ResultsWriter& writer, const std::string& build, const Model& model,
@@ -143,9 +170,14 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
       if (persistent) {
         // One kernel: no stages to time apart. Its plan instead.
         const ch08::PersistentStep& ps = *dec.persistent_step();
-        m["persistent_blocks"] = ps.blocks();
+        m["persistent_plan"] = ch08::plan_name(ps.plan());
+        m["persistent_plan_tokens_per_s"] = plan_tokens_per_s(dec, steps, tps);
+        m["persistent_picks_greedy_token"] = ps.picks_greedy_token();
+        m["persistent_blocks"] = ps.blocks();  // the grid plan's
         m["persistent_shared_bytes"] = ps.shared_bytes();
         m["persistent_history_rows"] = ps.history_rows();
+        m["persistent_cluster_blocks"] = ps.cluster_blocks();  // 0: no cluster holds the model
+        m["persistent_cluster_shared_bytes"] = ps.cluster_shared_bytes();
       } else {
         m["stage_us"] = stage_json(stages);
         m["stage_method"] = "per stage, a CUDA graph of only that stage's launches of one step, replayed back to "
@@ -157,7 +189,10 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
       }
       m["breakdown_us"] = {{"alloc", 0.0}, {"h2d", 0.0}, {"kernel", 1e6 / tps}, {"d2h", 0.0}, {"free", 0.0}};
       m["breakdown_method"] =
-          "the whole token (step, sampler, the 4-byte token copy back) under 'kernel': 1e6 / tokens_per_s";
+          persistent && dec.persistent_step()->picks_greedy_token()
+              ? "the whole token (the step, which picks the greedy token itself, and the 4-byte token copy back) "
+                "under 'kernel': 1e6 / tokens_per_s"
+              : "the whole token (step, sampler, the 4-byte token copy back) under 'kernel': 1e6 / tokens_per_s";
       m["host_launches_per_token"] = dec.host_launches_per_step();
       m["step_nodes"] = persistent ? 1 : dec.step_nodes();
       m["sampler_nodes"] = dec.sampler_nodes();
@@ -198,7 +233,7 @@ int run_bench(const std::string& build, const std::string& out, int steps, const
 }
 
 struct GenerateArgs {
-  std::string model_path, tokenizer_path, prompt, step = "graph";
+  std::string model_path, tokenizer_path, prompt, step = "graph", plan = "auto";
   int steps = 256;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -251,6 +286,15 @@ int run_generate(const GenerateArgs& a) {
   ch08::GpuModel gm(*model);
   ch08::GpuDecoder dec(gm);
   dec.set_mode(mode);
+  if (a.plan != "auto") {
+    if (mode != ch08::StepMode::Persistent) {
+      std::cerr << "bench_08 generate: --plan " << a.plan << " is the persistent step's; add --step persistent\n";
+      return 2;
+    }
+    dec.set_persistent_plan(a.plan == "cluster" ? ch08::PersistentPlan::Cluster : ch08::PersistentPlan::Grid);
+  }
+  if (mode == ch08::StepMode::Persistent)
+    std::cerr << "persistent plan: " << ch08::plan_name(dec.persistent_step()->plan()) << "\n";
   const std::vector<int> prompt = tok->encode(a.prompt, /*bos=*/true, /*eos=*/false);
   ch07::SamplingParams p;
   p.temperature = a.temperature;
@@ -266,6 +310,7 @@ int run_generate(const GenerateArgs& a) {
     if (!wb::model::is_unprintable_piece(piece)) text += piece;
   }
   std::cout << text << "\n" << std::flush;
+
   std::cerr << std::fixed << std::setprecision(1) << "tok/s: " << dec.forward_passes() / seconds << " ("
             << dec.forward_passes() << " forward passes, the first included; " << dec.host_launches_per_step()
             << " host launches per token)\n";
@@ -302,6 +347,10 @@ int main(int argc, char** argv) {
                   "graph: the step as a CUDA graph (default); step_by_step: launched kernel by kernel; "
                   "persistent: the decoder's persistent kernel (Hopper)")
       ->check(CLI::IsMember({"graph", "step_by_step", "persistent"}));
+  gen->add_option("--plan", g.plan,
+                  "with --step persistent: auto (cluster where the model fits one, the default), grid (one block "
+                  "per SM) or cluster (one thread-block cluster holding the weights, for small models)")
+      ->check(CLI::IsMember({"auto", "grid", "cluster"}));
   CLI11_PARSE(app, argc, argv);
 
   if (!wb::has_cuda_device()) {

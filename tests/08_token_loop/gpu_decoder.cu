@@ -333,6 +333,13 @@ void GpuDecoder::set_persistent_blocks(int blocks) {
   persistent_->set_blocks(blocks);
 }
 
+void GpuDecoder::set_persistent_plan(PersistentPlan plan) {
+  if (!persistent_)
+    throw std::invalid_argument("ch08 GpuDecoder: StepMode::Persistent cannot run here: " + persistent_unavailable_);
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  persistent_->set_plan(plan);
+}
+
 void GpuDecoder::reset() {
   pos_ = 0;
   WB_CUDA(cudaMemsetAsync(b_->pos, 0, sizeof(int), stream_));
@@ -431,6 +438,14 @@ void GpuDecoder::enqueue_sample(const ch07::SamplingParams& sampling) {
                      b_->workspace, b_->workspace_bytes, stream_);
 }
 
+// Greedy decoding (chapter 07's rule 1: temperature 0, or top-k 1) needs only the logits'
+// argmax; the persistent step's cluster plan picks it itself and writes it into *token, so
+// the sampler's launch is skipped then (same token: its tests compare the greedy tokens).
+bool GpuDecoder::step_picked_token(const ch07::SamplingParams& sampling) const {
+  const bool greedy = sampling.temperature == 0.0f || sampling.top_k == 1;
+  return greedy && mode_ == StepMode::Persistent && persistent_->picks_greedy_token();
+}
+
 void GpuDecoder::put_token(int token) {
   const int vocab = model_.config().vocab_size;
   if (token < 0 || token >= vocab)
@@ -489,10 +504,12 @@ int GpuDecoder::decode(std::span<const int> prompt, int steps, const ch07::Sampl
       put_token(prompt[std::size_t(pos) + 1]);  // straight into *token, no sampling
       ++host_launches;
     } else {
-      ch07::SamplingParams p = sampling;
-      p.step = std::uint64_t(pos);  // the step counter: by value, hence outside the graph
-      enqueue_sample(p);            // writes *token, where the next step reads it on the device
-      host_launches += sampler_nodes_;
+      if (!step_picked_token(sampling)) {
+        ch07::SamplingParams p = sampling;
+        p.step = std::uint64_t(pos);  // the step counter: by value, hence outside the graph
+        enqueue_sample(p);            // writes *token, where the next step reads it on the device
+        host_launches += sampler_nodes_;
+      }
       send_token_home(pos);
     }
     // Step pos is enqueued: now the host looks at the token of the step before it, except

@@ -31,8 +31,9 @@
 //   - WB_DEBUG_SYNC=1 (WB_CHECK_LAUNCH synchronizes after every launch) cannot be combined
 //     with Graph mode: a synchronize inside a capture breaks it.
 //   - StepMode::Persistent runs the same step as ONE kernel of the decoder's own
-//     (persistent_step.hpp: weights streamed through shared memory, tagged values between the
-//     stages), on the same buffers and caches; none of the chapter's kernels. It is what the
+//     (persistent_step.hpp: one block per SM, tagged values between the stages; or, for a
+//     model as small as stories260K, one thread-block cluster: cluster_step.hpp), on the
+//     same buffers and caches; none of the chapter's kernels. It is what the
 //     graph leaves on the table, measured beside it; the constructor plans it where the model
 //     and the GPU allow (Hopper), and says why not otherwise (persistent_unavailable()).
 #include <cuda_runtime.h>
@@ -122,10 +123,15 @@ class GpuDecoder {
   StepMode mode() const { return mode_; }
   // Why StepMode::Persistent cannot run here ("" when it can).
   const std::string& persistent_unavailable() const { return persistent_unavailable_; }
-  // The persistent step's plan (blocks, ring); nullptr when it cannot run here.
+  // The persistent step (its plan, its grid); nullptr when it cannot run here.
   const PersistentStep* persistent_step() const { return persistent_.get(); }
-  // Blocks of the persistent step's grid (0 = one per SM, the default); waits for the stream.
+  // Blocks of the persistent step's Grid plan (0 = one per SM, the default); waits for the
+  // stream.
   void set_persistent_blocks(int blocks);
+  // The persistent step's plan (PersistentPlan: Grid or Cluster; the constructor picks one by
+  // the model's size); waits for the stream. Throws std::invalid_argument, saying why, where
+  // the persistent step or that plan cannot run.
+  void set_persistent_plan(PersistentPlan plan);
 
   // Restarts at position 0 (the KV cache of earlier positions is simply overwritten).
   void reset();
@@ -194,6 +200,8 @@ class GpuDecoder {
   void send_token_home(int pos);           // *d_token -> pinned slot `pos`, then an event (async)
   int take_token(int pos);                 // waits for that event, returns the slot's token
   void put_token(int token);               // host -> *d_token (4 bytes, pinned, async)
+  // Whether the step itself wrote this sampling's token (greedy, persistent cluster plan).
+  bool step_picked_token(const ch07::SamplingParams& sampling) const;
   const GpuModel& model_;
   Buffers* b_ = nullptr;
   cudaStream_t stream_ = nullptr;

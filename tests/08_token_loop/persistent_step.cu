@@ -12,6 +12,7 @@
 #include <string>
 
 #include "gpu_decoder.hpp"
+#include "cluster_step.hpp"
 #include "tagged_values.cuh"
 #include "wb/check.hpp"
 
@@ -26,16 +27,7 @@ constexpr unsigned kPollSleepNs = 32;      // between two polls of a value not y
 
 struct Params {
   int dim, hidden, n_layers, n_heads, n_kv_heads, head_size, kv_dim, vocab, seq_len;
-  // Weights (device): the packed matrices of GpuModel, the rest from the checkpoint's payload.
-  const float* embedding;   // [vocab][dim]
-  const float* rms_att;     // [layer][dim]
-  const float* wqkv;        // [layer][dim + 2 kv_dim][dim]
-  const float* wo;          // [layer][dim][dim]
-  const float* rms_ffn;     // [layer][dim]
-  const float* w13;         // [layer][2 hidden][dim]: W1's rows, then W3's
-  const float* w2;          // [layer][dim][hidden]
-  const float* rms_final;   // [dim]
-  const float* classifier;  // [vocab][dim]
+  StepWeights w;
   StepBuffers io;
   // The stages' outputs, tagged (tagged_values.cuh): the persistent step's own buffers.
   struct Activations {
@@ -170,17 +162,17 @@ __device__ void prefetch_rows(const Matrix& m, int first, int last) {
 
 __device__ Matrix wqkv_of(const Params& p, int l) {
   const std::size_t rows = std::size_t(p.dim) + 2 * std::size_t(p.kv_dim);
-  return {p.wqkv + std::size_t(l) * rows * p.dim, int(rows), p.dim};
+  return {p.w.wqkv + std::size_t(l) * rows * p.dim, int(rows), p.dim};
 }
-__device__ Matrix wo_of(const Params& p, int l) { return {p.wo + std::size_t(l) * p.dim * p.dim, p.dim, p.dim}; }
+__device__ Matrix wo_of(const Params& p, int l) { return {p.w.wo + std::size_t(l) * p.dim * p.dim, p.dim, p.dim}; }
 __device__ Matrix w1_of(const Params& p, int l) {
-  return {p.w13 + std::size_t(l) * 2 * p.hidden * p.dim, p.hidden, p.dim};
+  return {p.w.w13 + std::size_t(l) * 2 * p.hidden * p.dim, p.hidden, p.dim};
 }
 __device__ Matrix w3_of(const Params& p, int l) {
   return {w1_of(p, l).rows + std::size_t(p.hidden) * p.dim, p.hidden, p.dim};
 }
-__device__ Matrix w2_of(const Params& p, int l) { return {p.w2 + std::size_t(l) * p.dim * p.hidden, p.dim, p.hidden}; }
-__device__ Matrix classifier_of(const Params& p) { return {p.classifier, p.vocab, p.dim}; }
+__device__ Matrix w2_of(const Params& p, int l) { return {p.w.w2 + std::size_t(l) * p.dim * p.hidden, p.dim, p.hidden}; }
+__device__ Matrix classifier_of(const Params& p) { return {p.w.classifier, p.vocab, p.dim}; }
 
 // The matvec stages in order: 4 per layer (Wqkv, Wo, W1 + W3, W2), then the classifier (its
 // first chunk here; the rest as its stage goes).
@@ -490,9 +482,9 @@ __device__ void step(const Params& p, const Shared& s) {
     prefetch_stage(p, 4 * l + 2);
     // The history of the block's first head (the bench's grid has one head per head block).
     const int copied = blockIdx.x < p.n_heads ? copy_history(p, s, l, blockIdx.x, pos) : 0;
-    load_norm(norm, p.rms_att + L * dim, dim);
+    load_norm(norm, p.w.rms_att + L * dim, dim);
     if (l == 0) {
-      const float* row = p.embedding + (known ? std::size_t(token) : 0) * dim;
+      const float* row = p.w.embedding + (known ? std::size_t(token) : 0) * dim;
       for (int i = tid; i < dim; i += kThreads) s.vec[i] = known ? __ldg(row + i) : nan;
       for (int j = tid; j < mine.end - mine.begin; j += kThreads) s.res[j] = known ? __ldg(row + mine.begin + j) : nan;
     } else {
@@ -513,7 +505,7 @@ __device__ void step(const Params& p, const Shared& s) {
     matvec(wo_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.xa + r, s.res[r - mine.begin] + d, tag); });
     // D: g = swiglu(W1 h, W3 h) for this block's hidden units, h = RMSNorm(xa)
     prefetch_stage(p, 4 * l + 4);
-    load_norm(norm, p.rms_ffn + L * dim, dim);
+    load_norm(norm, p.w.rms_ffn + L * dim, dim);
     await_vector(p.act.xa, dim, tag, s.vec, p);
     rmsnorm_in_place(s.vec, dim, norm, s.red);
     matvec(w1_of(p, l), s.vec, [&](int j, float v) { s.gate[j - units.begin] = v; });
@@ -528,7 +520,7 @@ __device__ void step(const Params& p, const Shared& s) {
     matvec(w2_of(p, l), s.vec, [&](int r, float v) { tagged::publish(p.act.xb + r, s.res[r - mine.begin] + v, tag); });
   }
   // logits = classifier RMSNorm(xb)
-  load_norm(norm, p.rms_final, dim);
+  load_norm(norm, p.w.rms_final, dim);
   await_vector(p.act.xb, dim, layer_tag(p, p.n_layers - 1), s.vec, p);
   rmsnorm_in_place(s.vec, dim, norm, s.red);
   matvec_chunked(classifier_of(p), s.vec, [&](int r, float v) { __stcg(p.io.logits + r, v); });
@@ -553,7 +545,6 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 Params params_for(const GpuModel& model, const StepBuffers& io) {
   const wb::model::Config& c = model.config();
-  const wb::model::Weights& w = model.host().weights();
   Params p{};
   p.dim = c.dim;
   p.hidden = c.hidden_dim;
@@ -564,15 +555,7 @@ Params params_for(const GpuModel& model, const StepBuffers& io) {
   p.kv_dim = c.kv_dim();
   p.vocab = c.vocab_size;
   p.seq_len = c.seq_len;
-  p.embedding = model.device(w.token_embedding);
-  p.rms_att = model.device(w.layers[0].rms_att);
-  p.wqkv = model.qkv(0);
-  p.wo = model.device(w.layers[0].wo);
-  p.rms_ffn = model.device(w.layers[0].rms_ffn);
-  p.w13 = model.w13(0);
-  p.w2 = model.device(w.layers[0].w2);
-  p.rms_final = model.device(w.rms_final);
-  p.classifier = model.device(w.classifier);
+  p.w = step_weights(model);
   p.io = io;
   p.poll_sleep_ns = kPollSleepNs;
   return p;
@@ -594,6 +577,15 @@ void check_layer_strides(const GpuModel& model) {
 
 }  // namespace
 
+StepWeights step_weights(const GpuModel& model) {
+  const wb::model::Weights& w = model.host().weights();
+  return StepWeights{model.device(w.token_embedding), model.device(w.layers[0].rms_att), model.qkv(0),
+                     model.device(w.layers[0].wo),    model.device(w.layers[0].rms_ffn), model.w13(0),
+                     model.device(w.layers[0].w2),    model.device(w.rms_final),         model.device(w.classifier)};
+}
+
+const char* plan_name(PersistentPlan plan) { return plan == PersistentPlan::Cluster ? "cluster" : "grid"; }
+
 PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers) : model_(model), buffers_(buffers) {
   const wb::model::Config& c = model.config();
   // What the model must be, then what the GPU must have.
@@ -612,11 +604,11 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
     unsupported(model, "needs Hopper or newer (its L2 bulk prefetch, sm_90); this GPU is sm_" +
                            std::to_string(prop.major) + std::to_string(prop.minor));
   const Params probe = params_for(model, buffers);
-  for (const void* ptr : {static_cast<const void*>(probe.embedding), static_cast<const void*>(probe.rms_att),
-                          static_cast<const void*>(probe.wqkv), static_cast<const void*>(probe.wo),
-                          static_cast<const void*>(probe.rms_ffn), static_cast<const void*>(probe.w13),
-                          static_cast<const void*>(probe.w2), static_cast<const void*>(probe.rms_final),
-                          static_cast<const void*>(probe.classifier), static_cast<const void*>(buffers.key_cache),
+  for (const void* ptr : {static_cast<const void*>(probe.w.embedding), static_cast<const void*>(probe.w.rms_att),
+                          static_cast<const void*>(probe.w.wqkv), static_cast<const void*>(probe.w.wo),
+                          static_cast<const void*>(probe.w.rms_ffn), static_cast<const void*>(probe.w.w13),
+                          static_cast<const void*>(probe.w.w2), static_cast<const void*>(probe.w.rms_final),
+                          static_cast<const void*>(probe.w.classifier), static_cast<const void*>(buffers.key_cache),
                           static_cast<const void*>(buffers.value_cache)})
     if (!aligned16(ptr)) unsupported(model, "a weight matrix or cache is not 16-byte aligned in device memory");
 
@@ -652,6 +644,29 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
   // for; and the memory may be an earlier decoder's, whose words carry the tags this one's first
   // launch will wait for. So the zeros must be there before any launch: wait here, once.
   WB_CUDA(cudaDeviceSynchronize());
+  plan_cluster(optin);
+}
+
+// The Cluster plan, where a cluster's shared memory holds the model, and the default plan:
+// Cluster where it can run (a model that small is all hand-offs on the grid; bench 08 measures
+// both plans), Grid otherwise.
+void PersistentStep::plan_cluster(int optin) {
+  try {
+    cluster_ = std::make_unique<ClusterStep>(model_, buffers_, optin);
+    plan_ = PersistentPlan::Cluster;
+  } catch (const std::invalid_argument& e) {
+    cluster_unavailable_ = e.what();
+    plan_ = PersistentPlan::Grid;
+  }
+}
+
+std::size_t PersistentStep::cluster_shared_bytes() const { return cluster_ ? cluster_->shared_bytes() : 0; }
+int PersistentStep::cluster_blocks() const { return cluster_ ? cluster_->blocks() : 0; }
+
+void PersistentStep::set_plan(PersistentPlan plan) {
+  if (plan == PersistentPlan::Cluster && !cluster_unavailable_.empty())
+    throw std::invalid_argument(cluster_unavailable_);
+  plan_ = plan;
 }
 
 PersistentStep::~PersistentStep() {
@@ -671,6 +686,10 @@ void PersistentStep::set_blocks(int blocks) {
 }
 
 void PersistentStep::enqueue(cudaStream_t stream) {
+  if (plan_ == PersistentPlan::Cluster) {
+    cluster_->enqueue(stream);
+    return;
+  }
   const wb::model::Config& c = model_.config();
   Params p = params_for(model_, buffers_);
   p.act.qkv = tagged_;

@@ -32,6 +32,12 @@
 // chain of five hand-offs between blocks plus attention in one block per head, and at batch 1
 // that chain, not the bytes, sets the time (chapter 08's lesson has the figures).
 //
+// That is the GRID plan. A model small enough that one thread-block cluster holds all of its
+// weights in shared memory (stories260K: dim 64) runs the CLUSTER plan instead
+// (cluster_step.hpp): there the hand-offs through L2 would be the whole time, and a cluster
+// hands values over through its blocks' shared memory at a hardware barrier. PersistentStep
+// picks the plan (PersistentPlan); both have the same interface and the same tests.
+//
 // Decoder code, not the student's: it uses none of the chapter's kernels. GpuDecoder runs it
 // in StepMode::Persistent; its tests are tests/08_token_loop/test_persistent.cu (reference build
 // only). Needs Hopper (sm_90: the L2 bulk prefetch) and a model whose rows are whole 16-byte
@@ -40,11 +46,38 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ch08 {
 
 class GpuModel;
+class ClusterStep;
+
+// The weights a step reads: GpuModel's device copies (the packed Wqkv and W1|W3 of layer 0;
+// every per-layer array is [layer][...], which PersistentStep's constructor checks).
+struct StepWeights {
+  const float* embedding;   // [vocab][dim]
+  const float* rms_att;     // [layer][dim]
+  const float* wqkv;        // [layer][dim + 2 kv_dim][dim]
+  const float* wo;          // [layer][dim][dim]
+  const float* rms_ffn;     // [layer][dim]
+  const float* w13;         // [layer][2 hidden][dim]: W1's rows, then W3's
+  const float* w2;          // [layer][dim][hidden]
+  const float* rms_final;   // [dim]
+  const float* classifier;  // [vocab][dim]
+};
+StepWeights step_weights(const GpuModel& model);
+
+// How the step is spread over the GPU:
+//   Grid:    one block per SM (or set_blocks), every matrix's rows split over the blocks,
+//            tagged values between them through L2: for models whose weights take every SM
+//            to stream.
+//   Cluster: one thread-block cluster (up to 16 blocks) that holds all of a token's weights in
+//            its shared memory and hands values over through distributed shared memory
+//            (cluster_step.hpp): for models small enough to fit, like stories260K.
+enum class PersistentPlan { Grid, Cluster };
+const char* plan_name(PersistentPlan plan);
 
 // The decoder's buffers the step reads and writes (allocated by GpuDecoder); the activations
 // between the stages are the step's own.
@@ -53,7 +86,8 @@ struct StepBuffers {
   float* key_cache = nullptr;    // [layer][seq_len][kv_dim]
   float* value_cache = nullptr;
   int* pos = nullptr;            // read, then advanced by the kernel
-  const int* token = nullptr;    // the token of this step
+  int* token = nullptr;          // the token of this step; the cluster plan writes its greedy pick
+                                 // of the next one there at the end (GpuDecoder::decode)
 };
 
 class PersistentStep {
@@ -67,10 +101,20 @@ class PersistentStep {
   PersistentStep(const PersistentStep&) = delete;
   PersistentStep& operator=(const PersistentStep&) = delete;
 
-  // One forward pass of *token at *pos, then ++*pos: one cooperative launch on `stream`.
+  // One forward pass of *token at *pos, then ++*pos: one launch on `stream` (the grid's is
+  // cooperative).
   void enqueue(cudaStream_t stream);
 
-  // Blocks of the grid: 0 = one per SM (the default). At most what is resident at once (a
+  // The plan (PersistentPlan): the constructor picks Cluster where a cluster can hold the
+  // model (cluster_unavailable() says why not), Grid otherwise. set_plan(Cluster) throws
+  // std::invalid_argument, with that reason, for a model no cluster can hold. Between launches.
+  PersistentPlan plan() const { return plan_; }
+  void set_plan(PersistentPlan plan);
+  const std::string& cluster_unavailable() const { return cluster_unavailable_; }  // "" when it can run
+  std::size_t cluster_shared_bytes() const;  // per block; 0 where the cluster plan cannot run
+  int cluster_blocks() const;                // blocks of the cluster plan's cluster; 0 likewise
+
+  // Blocks of the Grid plan: 0 = one per SM (the default). At most what is resident at once (a
   // cooperative launch: the blocks wait for each other) and at most dim (every block writes
   // some of the residual stream); throws std::invalid_argument otherwise. Between launches.
   void set_blocks(int blocks);
@@ -78,8 +122,13 @@ class PersistentStep {
   int max_blocks() const { return max_blocks_; }
   std::size_t shared_bytes() const { return shared_bytes_; }
   int history_rows() const { return history_rows_; }  // cache rows a head block holds in shared memory
+  // Whether a launch also writes greedy decoding's next token into *token (the argmax of the
+  // logits, chapter 07's greedy rule): then a greedy decoder needs no sampler launch.
+  bool picks_greedy_token() const { return plan_ == PersistentPlan::Cluster; }
 
  private:
+  void plan_cluster(int optin);
+
   const GpuModel& model_;
   StepBuffers buffers_;
   std::uint64_t* tagged_ = nullptr;  // the stages' outputs, tagged (tagged_values.cuh)
@@ -87,6 +136,9 @@ class PersistentStep {
   std::uint32_t launches_ = 0;       // the tags of launch n are n * n_layers + layer + 1
   int blocks_ = 0, max_blocks_ = 0, history_rows_ = 0;
   std::size_t shared_bytes_ = 0;
+  PersistentPlan plan_ = PersistentPlan::Grid;
+  std::string cluster_unavailable_;
+  std::unique_ptr<ClusterStep> cluster_;  // the Cluster plan, where it can run
 };
 
 }  // namespace ch08

@@ -4,20 +4,27 @@
 // 08.persistent.solution): a student's submission changes nothing here, so it is not graded.
 //
 //   - teacher-forced logits at every position match the CPU engine's (model_checks.hpp's
-//     tolerance) on three models (grouped KV heads; head sizes 48, 8 and 16), with grids of
-//     one block per SM and of 1, 2, 3 and 7 blocks (rows of every matrix split unevenly; blocks
-//     with no attention head; a block with every head);
-//   - the logits are the same bit for bit whatever the grid (every sum has one fixed order):
-//     a value read before its writer wrote it, or a stage that overwrites shared memory
-//     another warp still reads, shows up here as a difference;
+//     tolerance) on five models (grouped KV heads; head sizes 48, 8, 16, 4 and 32), in both plans:
+//     the grid plan with grids of one block per SM and of 1, 2, 3 and 7 blocks (rows of every
+//     matrix split unevenly; blocks with no attention head; a block with every head), and the
+//     cluster plan where a cluster holds the model (all but synthetic small, whose refusal is
+//     checked instead: two query heads per block, uneven shares, one KV head among them);
+//   - the grid plan's logits are the same bit for bit whatever the grid (every sum has one
+//     fixed order): a value read before its writer wrote it, or a stage that overwrites shared
+//     memory another warp still reads, shows up here as a difference;
 //   - greedy decoding gives the CPU engine's tokens over 256 steps for several prompts, and
-//     llama2.c's text for stories260K;
+//     llama2.c's text for stories260K, in both plans;
 //   - per token one kernel launch (plus the sampler's), no allocation, no synchronization but
-//     the decoder's own waits, 4 bytes back;
-//   - a model it cannot run is refused with the reason, and the other modes still run it.
+//     the decoder's own waits, 4 bytes back, in both plans; in greedy decoding the cluster plan
+//     picks the token itself (one launch), the same tokens as chapter 07's greedy sampler, and
+//     a NaN logit gives the same error;
+//   - the default plan is the cluster where a cluster can hold the model; a model none can hold
+//     is refused that plan with the reason; a model it cannot run at all is refused with the
+//     reason, and the other modes still run it.
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -67,18 +74,56 @@ std::optional<Stories> stories_or_skip_here() {
   return Stories{std::move(m), std::move(tok)};
 }
 
-void check_every_grid(const Model& m, const std::vector<int>& tokens, const std::string& what) {
+// Small models that a cluster holds, shaped to reach the cluster plan's corners: two query
+// heads per block (32 heads on 16 blocks: the second head's cache rows come from device memory),
+// head size 4 (one 16-byte piece per row), uneven shares of hidden units and classifier rows;
+// and one KV head for four query heads of size 32, exactly one group of four units per block.
+Model cluster_corners_model(int variant) {
+  wb::model::SyntheticSpec s = wb::model::synthetic_small();
+  s.dim = 128;
+  s.n_layers = 2;
+  s.seq_len = 64;
+  if (variant == 0) {
+    s.hidden_dim = 200;
+    s.n_heads = 32;
+    s.n_kv_heads = 8;
+    s.vocab_size = 300;
+  } else {
+    s.hidden_dim = 64;
+    s.n_heads = 4;
+    s.n_kv_heads = 1;
+    s.vocab_size = 260;
+  }
+  return wb::model::make_synthetic(s);
+}
+
+// The Grid plan with every grid of kGrids, then the Cluster plan where a cluster can hold the
+// model (the reason is checked where it cannot: synthetic small's 37 MB classifier).
+void check_every_plan(const Model& m, const std::vector<int>& tokens, const std::string& what) {
   for (int blocks : kGrids) {
     const std::string grid = blocks == 0 ? std::string("one block per SM") : std::to_string(blocks) + " block(s)";
-    check_teacher_forced(m, tokens, ch08::StepMode::Persistent, what + ", " + grid,
-                         [blocks](ch08::GpuDecoder& dec) { dec.set_persistent_blocks(blocks); });
+    check_teacher_forced(m, tokens, ch08::StepMode::Persistent, what + ", grid plan, " + grid,
+                         [blocks](ch08::GpuDecoder& dec) {
+                           dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+                           dec.set_persistent_blocks(blocks);
+                         });
   }
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder probe(gm);
+  if (!probe.persistent_step()->cluster_unavailable().empty()) {
+    CHECK_MESSAGE(probe.persistent_step()->cluster_unavailable().find("no cluster can hold") != std::string::npos,
+                  "the reason given: " << probe.persistent_step()->cluster_unavailable());
+    return;
+  }
+  check_teacher_forced(m, tokens, ch08::StepMode::Persistent, what + ", cluster plan",
+                       [](ch08::GpuDecoder& dec) { dec.set_persistent_plan(ch08::PersistentPlan::Cluster); });
 }
 
 // Teacher-forced logits of `tokens`, every position, with a grid of `blocks`.
 std::vector<std::vector<float>> persistent_logits(ch08::GpuDecoder& dec, const std::vector<int>& tokens,
                                                   int blocks) {
   dec.set_mode(ch08::StepMode::Persistent);
+  dec.set_persistent_plan(ch08::PersistentPlan::Grid);
   dec.set_persistent_blocks(blocks);
   dec.reset();
   std::vector<std::vector<float>> rows;
@@ -88,22 +133,40 @@ std::vector<std::vector<float>> persistent_logits(ch08::GpuDecoder& dec, const s
 
 }  // namespace
 
-TEST_CASE("persistent step: teacher-forced logits match the CPU engine (synthetic small, every grid)") {
+TEST_CASE("persistent step: teacher-forced logits match the CPU engine (synthetic small, both plans, every grid)") {
   WB_REQUIRE_GPU();
   const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
   if (!persistent_runs_here(m)) return;
   const std::vector<int> tokens =
       random_sequence(m, steps_for(m.config().seq_len), "ch08/persistent/teacher/synthetic");
-  check_every_grid(m, tokens, "synthetic small, persistent");
+  check_every_plan(m, tokens, "synthetic small, persistent");
 }
 
-TEST_CASE("persistent step: teacher-forced logits match the CPU engine (stories260K, every grid)") {
+TEST_CASE("persistent step: teacher-forced logits match the CPU engine (stories260K, both plans, every grid)") {
   WB_REQUIRE_GPU();
   const auto stories = stories_or_skip_here();
   if (!stories) return;
   const auto& [m, tok] = *stories;
   const std::vector<int> tokens = stories_teacher_sequence(m, tok, steps_for(256), "ch08/persistent/teacher/stories");
-  check_every_grid(m, tokens, "stories260K, persistent");
+  check_every_plan(m, tokens, "stories260K, persistent");
+}
+
+TEST_CASE("persistent step: teacher-forced logits match the CPU engine (the cluster plan's corners, both plans)") {
+  WB_REQUIRE_GPU();
+  for (int variant : {0, 1}) {
+    const Model m = cluster_corners_model(variant);
+    if (!persistent_runs_here(m)) return;
+    {
+      ch08::GpuModel gm(m);
+      ch08::GpuDecoder dec(gm);
+      REQUIRE_MESSAGE(dec.persistent_step()->cluster_unavailable().empty(),
+                      "a cluster must hold " << m.config().summary() << ": "
+                                             << dec.persistent_step()->cluster_unavailable());
+    }
+    const std::vector<int> tokens =
+        random_sequence(m, m.config().seq_len, "ch08/persistent/cluster/" + std::to_string(variant));
+    check_every_plan(m, tokens, "cluster corners " + std::to_string(variant) + ", persistent");
+  }
 }
 
 TEST_CASE("persistent step: a short context to its last position, then a step past it throws") {
@@ -111,7 +174,7 @@ TEST_CASE("persistent step: a short context to its last position, then a step pa
   const Model m = short_context_model();
   if (!persistent_runs_here(m)) return;
   const std::vector<int> tokens = random_sequence(m, m.config().seq_len, "ch08/persistent/short");
-  check_every_grid(m, tokens, "short context (head size 16), persistent");
+  check_every_plan(m, tokens, "short context (head size 16), persistent");
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
   dec.set_mode(ch08::StepMode::Persistent);
@@ -119,7 +182,7 @@ TEST_CASE("persistent step: a short context to its last position, then a step pa
   CHECK_THROWS_AS((void)dec.forward_logits(5), std::out_of_range);
 }
 
-TEST_CASE("persistent step: the logits are the same bit for bit whatever the grid") {
+TEST_CASE("persistent step: the grid plan's logits are the same bit for bit whatever the grid") {
   WB_REQUIRE_GPU();
   const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
   if (!persistent_runs_here(m)) return;
@@ -147,47 +210,94 @@ TEST_CASE("persistent step: greedy decoding gives the CPU engine's tokens and ll
   ch08::GpuModel gm(m);
   ch08::GpuDecoder dec(gm);
   dec.set_mode(ch08::StepMode::Persistent);
+  CHECK_MESSAGE(dec.persistent_step()->plan() == ch08::PersistentPlan::Cluster,
+                "ch08 persistent step: stories260K's weights fit one thread-block cluster's shared memory, so "
+                "its default plan is the cluster; it got "
+                    << ch08::plan_name(dec.persistent_step()->plan()));
   const std::vector<std::string> prompts = greedy_prompts();
   const int steps = steps_for(256);
-  for (const std::string& prompt : prompts) {
-    CAPTURE(prompt);
-    const std::vector<int> want = cpu_greedy(m, tok, prompt, steps);
-    const std::vector<int> got = dec.generate(tok.encode(prompt, /*bos=*/true, /*eos=*/false), steps, kGreedy);
-    compare_greedy(m, want, got, "stories260K greedy, prompt '" + prompt + "', persistent");
+  for (ch08::PersistentPlan plan : {ch08::PersistentPlan::Cluster, ch08::PersistentPlan::Grid}) {
+    dec.set_persistent_plan(plan);
+    const std::string name = std::string(ch08::plan_name(plan)) + " plan";
+    for (const std::string& prompt : prompts) {
+      CAPTURE(prompt);
+      const std::vector<int> want = cpu_greedy(m, tok, prompt, steps);
+      const std::vector<int> got = dec.generate(tok.encode(prompt, /*bos=*/true, /*eos=*/false), steps, kGreedy);
+      compare_greedy(m, want, got, "stories260K greedy, prompt '" + prompt + "', persistent, " + name);
+    }
+    if (wb::coverage::quick()) continue;  // the text needs all 200 steps
+    const std::vector<int> tokens =
+        dec.generate(std::vector<int>{Tokenizer::kBos}, wb::model::kTinyStoriesSteps, kGreedy);
+    const std::string text = decode_text(tok, tokens);
+    if (text != wb::model::kTinyStoriesGreedyText)
+      FAIL("ch08 persistent step (" << name << "): greedy decoding of stories260K (200 steps, no prompt) printed\n  "
+                                    << text << "\nllama2.c prints\n  " << wb::model::kTinyStoriesGreedyText);
   }
-  if (wb::coverage::quick()) return;  // the text needs all 200 steps
-  const std::vector<int> tokens = dec.generate(std::vector<int>{Tokenizer::kBos}, wb::model::kTinyStoriesSteps, kGreedy);
-  const std::string text = decode_text(tok, tokens);
-  if (text != wb::model::kTinyStoriesGreedyText)
-    FAIL("ch08 persistent step: greedy decoding of stories260K (200 steps, no prompt) printed\n  "
-         << text << "\nllama2.c prints\n  " << wb::model::kTinyStoriesGreedyText);
 }
 
 TEST_CASE("persistent step: per token one kernel launch, no allocation, no synchronize, 4 bytes back") {
   WB_REQUIRE_GPU();
   if (!cupti_or_skip()) return;
-  const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
-  if (!persistent_runs_here(m)) return;
   const int steps = steps_for(48);
   const ch07::SamplingParams sampled{1.0f, 0, 1.0f, 11, 0};
-  const double sampler = double(sampler_launches(m.config().vocab_size, sampled));
-  ch08::GpuModel gm(m);
+  // The grid plan on synthetic small; the cluster plan on a model a cluster holds.
+  for (ch08::PersistentPlan plan : {ch08::PersistentPlan::Grid, ch08::PersistentPlan::Cluster}) {
+    const Model m = plan == ch08::PersistentPlan::Grid ? wb::model::make_synthetic(wb::model::synthetic_small())
+                                                       : cluster_corners_model(1);
+    if (!persistent_runs_here(m)) return;
+    const double sampler = double(sampler_launches(m.config().vocab_size, sampled));
+    ch08::GpuModel gm(m);
+    ch08::GpuDecoder dec(gm);
+    dec.set_mode(ch08::StepMode::Persistent);
+    dec.set_persistent_plan(plan);
+    const std::string name = std::string("ch08 persistent step (") + ch08::plan_name(plan) + " plan): ";
+    const auto [c, passes] = count_decode(dec, steps, sampled);
+    REQUIRE(passes > 0);
+    const double launches = double(c.launches) / passes;
+    wb::testing::record_metric(std::string("launches_per_token_persistent_") + ch08::plan_name(plan), launches);
+    CHECK_MESSAGE(c.mallocs + c.host_allocs == 0, name << "allocations during decoding");
+    CHECK_MESSAGE(c.device_syncs == 0, name << "cudaDeviceSynchronize during decoding");
+    CHECK_MESSAGE(c.bytes_d2h == 4ull * std::uint64_t(passes), name << c.bytes_d2h << " bytes back in " << passes
+                                                                      << " tokens");
+    CHECK_MESSAGE(c.stream_syncs + c.event_syncs <= std::uint64_t(passes) + 2,
+                  name << c.stream_syncs << " stream and " << c.event_syncs << " event synchronizations in " << passes
+                       << " tokens");
+    CHECK_MESSAGE(launches == doctest::Approx(sampler + 1.0),
+                  name << launches << " kernel launches per token; the step is one, the sampler " << sampler);
+    if (plan != ch08::PersistentPlan::Cluster) continue;
+    // Greedy: the cluster step picks the token itself, so no sampler launch, and the same tokens
+    // as the sampler's greedy pick on the same logits (the grid plan's path).
+    const auto [greedy, greedy_passes] = count_decode(dec, steps, kGreedy);
+    REQUIRE(greedy_passes > 0);
+    CHECK_MESSAGE(double(greedy.launches) / greedy_passes == doctest::Approx(1.0),
+                  name << double(greedy.launches) / greedy_passes
+                       << " kernel launches per greedy token; the step picks the token itself: one");
+    CHECK_MESSAGE(greedy.bytes_d2h == 4ull * std::uint64_t(greedy_passes), name << greedy.bytes_d2h << " bytes back in "
+                                                                                  << greedy_passes << " greedy tokens");
+    const std::vector<int> fused = dec.generate(std::vector<int>{Tokenizer::kBos}, steps, kGreedy);
+    dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+    const std::vector<int> sampler_picked = dec.generate(std::vector<int>{Tokenizer::kBos}, steps, kGreedy);
+    CHECK_MESSAGE(fused == sampler_picked,
+                  name << "the greedy tokens it picks differ from chapter 07's greedy sampler's on the grid plan");
+  }
+}
+
+TEST_CASE("persistent step: the cluster plan's greedy pick says so when the logits hold NaN, as chapter 07's does") {
+  WB_REQUIRE_GPU();
+  const Model clean = cluster_corners_model(1);
+  if (!persistent_runs_here(clean)) return;
+  // The same model with one NaN in the classifier: every token's logit of that row is NaN.
+  std::vector<float> payload(clean.payload().begin(), clean.payload().end());
+  const std::size_t at = std::size_t(clean.weights().classifier - clean.payload().data()) + 5;
+  payload[at] = std::numeric_limits<float>::quiet_NaN();
+  const Model poisoned(clean.config(), std::move(payload), "cluster corners 1, a NaN in the classifier");
+  ch08::GpuModel gm(poisoned);
   ch08::GpuDecoder dec(gm);
   dec.set_mode(ch08::StepMode::Persistent);
-  const auto [c, passes] = count_decode(dec, steps, sampled);
-  REQUIRE(passes > 0);
-  const double launches = double(c.launches) / passes;
-  wb::testing::record_metric("launches_per_token_persistent", launches);
-  CHECK_MESSAGE(c.mallocs + c.host_allocs == 0, "ch08 persistent step: allocations during decoding");
-  CHECK_MESSAGE(c.device_syncs == 0, "ch08 persistent step: cudaDeviceSynchronize during decoding");
-  CHECK_MESSAGE(c.bytes_d2h == 4ull * std::uint64_t(passes), "ch08 persistent step: " << c.bytes_d2h
-                                                                 << " bytes back in " << passes << " tokens");
-  CHECK_MESSAGE(c.stream_syncs + c.event_syncs <= std::uint64_t(passes) + 2,
-                "ch08 persistent step: " << c.stream_syncs << " stream and " << c.event_syncs
-                                         << " event synchronizations in " << passes << " tokens");
-  CHECK_MESSAGE(launches == doctest::Approx(sampler + 1.0),
-                "ch08 persistent step: " << launches << " kernel launches per token; the step is one, the sampler "
-                                         << sampler);
+  REQUIRE(dec.persistent_step()->plan() == ch08::PersistentPlan::Cluster);
+  CHECK_THROWS_AS((void)dec.generate(std::vector<int>{Tokenizer::kBos}, 4, kGreedy), wb::model::ModelError);
+  dec.set_mode(ch08::StepMode::Graph);  // chapter 07's greedy sampler: the same verdict
+  CHECK_THROWS_AS((void)dec.generate(std::vector<int>{Tokenizer::kBos}, 4, kGreedy), wb::model::ModelError);
 }
 
 TEST_CASE("persistent step: a model it cannot run is refused with the reason; the other modes still run it") {
@@ -224,4 +334,44 @@ TEST_CASE("persistent step: a grid that cannot be resident at once is refused") 
   CHECK_NOTHROW(dec.set_persistent_blocks(most));
   dec.set_mode(ch08::StepMode::Persistent);
   CHECK(dec.forward_logits(1).size() == std::size_t(m.config().vocab_size));
+}
+
+TEST_CASE("persistent step: the cluster plan where a cluster holds the model; one that none can hold is refused with the reason") {
+  WB_REQUIRE_GPU();
+  const Model small = short_context_model();
+  if (!persistent_runs_here(small)) return;
+  {
+    ch08::GpuModel gm(small);
+    ch08::GpuDecoder dec(gm);
+    CHECK_MESSAGE(dec.persistent_step()->plan() == ch08::PersistentPlan::Cluster,
+                  "a model of " << gm.weight_bytes_per_token() << " weight bytes per token runs in a cluster by "
+                                << "default; " << dec.persistent_step()->cluster_unavailable());
+  }
+  {
+    const Model big = wb::model::make_synthetic(wb::model::synthetic_small());  // its classifier alone is 37 MB
+    ch08::GpuModel gm(big);
+    ch08::GpuDecoder dec(gm);
+    CHECK_MESSAGE(dec.persistent_step()->plan() == ch08::PersistentPlan::Grid,
+                  "a model of " << gm.weight_bytes_per_token() << " weight bytes per token, more than 16 blocks' "
+                                << "shared memory, runs on the grid by default");
+  }
+  // A head's cache rows over 16384 positions: 2 MiB, more than a block's shared memory.
+  wb::model::SyntheticSpec s = wb::model::synthetic_small();
+  s.dim = 64;
+  s.hidden_dim = 96;
+  s.n_layers = 1;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.vocab_size = 256;
+  s.seq_len = 16384;
+  const Model long_context = wb::model::make_synthetic(s);
+  ch08::GpuModel gm(long_context);
+  ch08::GpuDecoder dec(gm);
+  REQUIRE(dec.persistent_step() != nullptr);
+  CHECK(dec.persistent_step()->plan() == ch08::PersistentPlan::Grid);
+  CHECK_MESSAGE(dec.persistent_step()->cluster_unavailable().find("no cluster can hold") != std::string::npos,
+                "the reason given: " << dec.persistent_step()->cluster_unavailable());
+  CHECK_THROWS_AS(dec.set_persistent_plan(ch08::PersistentPlan::Cluster), std::invalid_argument);
+  dec.set_mode(ch08::StepMode::Persistent);
+  CHECK(dec.forward_logits(1).size() == std::size_t(s.vocab_size));  // the grid plan still runs it
 }
