@@ -470,9 +470,10 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
 // ---- The two stages of a layer ------------------------------------------------------------------
 
 // Attention, for this block's heads: s.part = the sum over them of Wo[:, head] att(head), sent
-// to slot `rank` of every block's attention partials. s.xn holds RMSNorm(x).
+// to slot `rank` of every block's attention partials. s.xn holds RMSNorm(x). first_write: the
+// step's first write into the other blocks, which first waits until every block runs.
 __device__ void attention_stage(const Params& p, const Shared& s, const cg::cluster_group& cluster, int layer,
-                                int rank, int pos, const Rotation& rotation) {
+                                int rank, int pos, const Rotation& rotation, bool first_write) {
   const int heads = heads_of(p, rank), per_group = p.n_heads / p.n_kv_heads, hs = p.head_size;
   const float* slot = s.weights + std::size_t(layer) * s.at.layer;
   bulk::wait(attention_weights(s, layer), 0);
@@ -493,6 +494,7 @@ __device__ void attention_stage(const Params& p, const Shared& s, const cg::clus
     attention_head(p, s, layer, group, pos, k == 0 ? pos : 0);
     columns_times(head + s.at.head_wo, hs, s.att, s.part, p.dim, /*add=*/k > 0);
   }
+  if (first_write) __cluster_barrier_wait();  // every block runs (step's arrive)
   if (heads > 0) send_to_every_block(cluster, s.att_parts, rank, s.part, p.dim, p.blocks);
 }
 
@@ -578,12 +580,15 @@ __device__ void step(const Params& p, const Shared& s) {
   const Rotation rotation = rotation_of_pair(tid, p.head_size, pos);
   const int head_blocks = min(p.n_heads, p.blocks);
   const int my_group = rank < p.n_heads ? rank / (p.n_heads / p.n_kv_heads) : 0;
-  cluster.sync();  // every block runs: from here on they write into each other's shared memory
+  // "This block runs": the others may write into its shared memory once every block has said
+  // so, which attention_stage waits for just before layer 0's first such write (so the wait
+  // overlaps layer 0's work instead of delaying it).
+  __cluster_barrier_arrive_relaxed();
   bulk::wait(norm_weights(p, s), 0);
   rmsnorm(s.xn, s.x, s.norms, dim, s.red);  // layer 0's attention norm
   for (int l = 0; l < p.n_layers; ++l) {
     if (rank < p.n_heads) copy_history(p, s, l, my_group, pos);
-    attention_stage(p, s, cluster, l, rank, pos, rotation);
+    attention_stage(p, s, cluster, l, rank, pos, rotation, /*first_write=*/l == 0);
     cluster.sync();
     // x += Wo att; xn = the FFN's RMSNorm(x)
     add_partials_and_norm(s.x, s.att_parts, head_blocks, s.xn, s.norms + (L + l) * dim, dim, s.red);
