@@ -310,7 +310,6 @@ int run_generate(const GenerateArgs& a) {
     if (!wb::model::is_unprintable_piece(piece)) text += piece;
   }
   std::cout << text << "\n" << std::flush;
-
   std::cerr << std::fixed << std::setprecision(1) << "tok/s: " << dec.forward_passes() / seconds << " ("
             << dec.forward_passes() << " forward passes, the first included; " << dec.host_launches_per_step()
             << " host launches per token)\n";
