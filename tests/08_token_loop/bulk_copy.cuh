@@ -31,6 +31,12 @@ __device__ __forceinline__ void arrive_expecting(std::uint64_t* barrier, std::ui
                : "memory");
 }
 
+// One plain arrival: how a reader says it is done with a slot (an mbarrier initialized with
+// one arrival per reader).
+__device__ __forceinline__ void arrive(std::uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+
 // Waits until the phase of parity `parity` has completed.
 __device__ __forceinline__ void wait(std::uint64_t* barrier, std::uint32_t parity) {
   asm volatile(
@@ -51,6 +57,13 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, std::uint3
                    shared_address(dst)),
                "l"(src), "r"(bytes), "r"(shared_address(barrier))
                : "memory");
+}
+
+// And the small one: 16 bytes from global to shared memory by one thread, which does not wait
+// (cp.async; the thread's cp.async.wait_all waits for its copies). How a block gathers rows
+// that are not contiguous, like a head's rows of the KV cache.
+__device__ __forceinline__ void copy16_async(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src) : "memory");
 }
 
 }  // namespace ch08::bulk

@@ -41,8 +41,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxBlocks = 16;    // Hopper's largest cluster (8 without the non-portable opt-in)
 constexpr float kRmsEps = 1e-5f;  // llama2.c's run.c
 
-struct Params {
-  int dim, hidden, n_layers, n_heads, n_kv_heads, head_size, kv_dim, vocab, seq_len;
+struct Params : StepShape {
   int blocks;                 // in the cluster
   const float* embedding;     // [vocab][dim]
   const float* packed;        // block b's weights at packed + b * image_floats (pack_weights)
@@ -317,12 +316,6 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 
 // ---- Attention --------------------------------------------------------------------------
 
-// 16 bytes from device to shared memory, without the thread waiting (cp.async; cp.async.wait_all
-// waits for the thread's copies).
-__device__ __forceinline__ void copy16_async(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(bulk::shared_address(dst)), "l"(src) : "memory");
-}
-
 // The cache rows t < pos of KV head `group` (written by earlier launches) into s.keys and
 // s.values, without waiting: they arrive while the block computes its head's q, k and v.
 __device__ void copy_history(const Params& p, const Shared& s, int layer, int group, int pos) {
@@ -330,8 +323,8 @@ __device__ void copy_history(const Params& p, const Shared& s, int layer, int gr
   const std::size_t first = std::size_t(layer) * p.seq_len * p.kv_dim + std::size_t(group) * hs;
   for (int i = threadIdx.x; i < pos * pieces; i += kThreads) {
     const int t = i / pieces, c = 4 * (i % pieces);
-    copy16_async(s.keys + t * hs + c, p.io.key_cache + first + std::size_t(t) * p.kv_dim + c);
-    copy16_async(s.values + t * hs + c, p.io.value_cache + first + std::size_t(t) * p.kv_dim + c);
+    bulk::copy16_async(s.keys + t * hs + c, p.io.key_cache + first + std::size_t(t) * p.kv_dim + c);
+    bulk::copy16_async(s.values + t * hs + c, p.io.value_cache + first + std::size_t(t) * p.kv_dim + c);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -618,15 +611,7 @@ __global__ void __launch_bounds__(kThreads, 1) cluster_step_kernel(const Params 
 
 Params params_for(const wb::model::Config& c, int blocks) {
   Params p{};
-  p.dim = c.dim;
-  p.hidden = c.hidden_dim;
-  p.n_layers = c.n_layers;
-  p.n_heads = c.n_heads;
-  p.n_kv_heads = c.n_kv_heads;
-  p.head_size = c.head_size();
-  p.kv_dim = c.kv_dim();
-  p.vocab = c.vocab_size;
-  p.seq_len = c.seq_len;
+  static_cast<StepShape&>(p) = step_shape(c);
   p.blocks = blocks;
   return p;
 }

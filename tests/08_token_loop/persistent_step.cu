@@ -1,9 +1,9 @@
 // The whole decoding step as one persistent kernel (persistent_step.hpp says why and how).
 //
 // Reading order: the parameters and shared memory, which block and warp compute what, the
-// weight stream (L2 prefetch ahead, a warp's matvec), the stages' inputs (tagged values,
-// RMSNorm), attention, the stages in step order (step), the kernel, and the host side (the plan
-// and the launch).
+// weight stream (L2 prefetch ahead, the ring of shared-memory slots and its matvec), the
+// stages' inputs (tagged values, RMSNorm), attention, the stages in step order (step), the
+// kernel, and the host side (the plan and the launch).
 #include "persistent_step.hpp"
 
 #include <algorithm>
@@ -11,22 +11,41 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu_decoder.hpp"
+#include "bulk_copy.cuh"
 #include "cluster_step.hpp"
+#include "gpu_decoder.hpp"
 #include "tagged_values.cuh"
 #include "wb/check.hpp"
 
 namespace ch08 {
 namespace {
 
-constexpr int kWarps = 8;                  // 8 warps: 2 per SM sub-partition, up to 255 registers each
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxNormPerThread = 8;       // the norm weights a thread prefetches: dim <= 2048
+// 7 warps compute and an 8th streams the weights: 2 warps per SM sub-partition (each with its
+// quarter of the register file), so each thread may have up to 255 registers.
+constexpr int kWarps = 7;                  // the computing warps
+constexpr int kThreads = kWarps * 32;      // the threads that compute (block_sync: these meet)
+constexpr int kBlockThreads = kThreads + 32;  // and one more warp: the weight ring's producer
+constexpr int kSlots = 8;                  // the weight ring's slots ("The weight ring" below)
+constexpr std::uint32_t kMinSlotBytes = 16384;  // a slot's size: this, or one row if longer
+constexpr int kMaxNormPerThread = 10;      // the norm weights a thread prefetches: dim <= 2240
 constexpr float kRmsEps = 1e-5f;           // llama2.c's run.c
 constexpr unsigned kPollSleepNs = 32;      // between two polls of a value not yet written
 
-struct Params {
-  int dim, hidden, n_layers, n_heads, n_kv_heads, head_size, kv_dim, vocab, seq_len;
+// The weights a step reads: GpuModel's device copies (the packed Wqkv and W1|W3 of layer 0;
+// every per-layer array is [layer][...], which PersistentStep's constructor checks).
+struct StepWeights {
+  const float* embedding;   // [vocab][dim]
+  const float* rms_att;     // [layer][dim]
+  const float* wqkv;        // [layer][dim + 2 kv_dim][dim]
+  const float* wo;          // [layer][dim][dim]
+  const float* rms_ffn;     // [layer][dim]
+  const float* w13;         // [layer][2 hidden][dim]: W1's rows, then W3's
+  const float* w2;          // [layer][dim][hidden]
+  const float* rms_final;   // [dim]
+  const float* classifier;  // [vocab][dim]
+};
+
+struct Params : StepShape {
   StepWeights w;
   StepBuffers io;
   // The stages' outputs, tagged (tagged_values.cuh): the persistent step's own buffers.
@@ -36,14 +55,21 @@ struct Params {
   std::uint32_t launch;  // counts the launches: the tags' base
   unsigned poll_sleep_ns;
   int history_rows;      // cache rows a head block keeps in shared memory
+  std::uint32_t slot_bytes;  // a weight ring slot's size (slot_bytes_for)
 };
+
+// A slot holds whole rows: at least kMinSlotBytes, at least the longest row (16-byte units).
+__host__ __device__ inline std::uint32_t slot_bytes_for(int dim, int hidden) {
+  const std::uint32_t longest = std::uint32_t(dim > hidden ? dim : hidden) * sizeof(float);
+  return longest > kMinSlotBytes ? (longest + 15) / 16 * 16 : kMinSlotBytes;
+}
 
 // ---- Shared memory ---------------------------------------------------------------------------
 
 // Byte offsets into the block's dynamic shared memory; the same function on the host (how
 // much to ask for) and on the device (where things are). Every region starts 16-byte aligned.
 struct Layout {
-  std::size_t vec, res, gate, red, q, k, v, scores, partial, keys, values, total;
+  std::size_t barriers, ring, vec, res, gate, red, q, k, v, scores, partial, keys, values, total;
 };
 
 __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size, int seq_len, int history_rows) {
@@ -54,6 +80,8 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
     at += (floats * sizeof(float) + 15) / 16 * 16;
     return start;
   };
+  l.barriers = take(2 * kSlots * 2);       // the ring's mbarriers (8 bytes): full, then empty
+  l.ring = take(std::size_t(kSlots) * slot_bytes_for(dim, hidden) / sizeof(float));  // its slots
   l.vec = take(std::size_t(dim > hidden ? dim : hidden));  // the stage's input vector
   l.res = take(std::size_t(dim));          // the residual rows this block updates
   l.gate = take(std::size_t(hidden));      // W1 h of this block's hidden units
@@ -70,14 +98,27 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
 }
 
 struct Shared {
+  std::uint64_t* barriers;
+  unsigned char* ring;
   float *vec, *res, *gate, *red, *q, *k, *v, *scores, *partial, *keys, *values;
 };
 
 __device__ Shared carve(const Params& p, unsigned char* base) {
   const Layout l = layout_for(p.dim, p.hidden, p.head_size, p.seq_len, p.history_rows);
   const auto f = [base](std::size_t at) { return reinterpret_cast<float*>(base + at); };
-  return Shared{f(l.vec),    f(l.res),     f(l.gate),    f(l.red),  f(l.q),
-                f(l.k),      f(l.v),       f(l.scores),  f(l.partial), f(l.keys), f(l.values)};
+  return Shared{reinterpret_cast<std::uint64_t*>(base + l.barriers),
+                base + l.ring,
+                f(l.vec),
+                f(l.res),
+                f(l.gate),
+                f(l.red),
+                f(l.q),
+                f(l.k),
+                f(l.v),
+                f(l.scores),
+                f(l.partial),
+                f(l.keys),
+                f(l.values)};
 }
 
 // ---- Rows: which block and which warp compute what ---------------------------------------------
@@ -97,7 +138,8 @@ __device__ Rows my_rows(int rows) { return share({0, rows}, blockIdx.x, gridDim.
 
 // ---- Block-wide helpers ---------------------------------------------------------------------
 
-__device__ __forceinline__ void block_sync() { __syncthreads(); }
+// The computing warps meet (named barrier 1: the producer warp never joins it).
+__device__ __forceinline__ void block_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 
 // Sums (maxes) over the block, in one fixed order: every block gets the same bits.
 __device__ float block_sum(float v, float* red) {
@@ -127,10 +169,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ---- The weight stream --------------------------------------------------------------------
 // Every block reads its rows of each matrix once per token, in the stages' order, which never
-// depends on the activations. So each block asks L2 for its rows two stages ahead (one bulk
-// prefetch instruction per 4 KB, no waiting), and a stage's warps then read them from L2: the
-// device memory works on the next stages while the blocks wait for their inputs. The
-// classifier, too large for L2 at once, is prefetched in chunks as its stage goes.
+// depends on the activations. So the weights need not wait for the activations at all:
+//   - each block asks L2 for its rows two stages ahead (one bulk prefetch instruction per 4 KB,
+//     no waiting; the classifier, too large for L2 at once, its first chunk only), and
+//   - the block's producer warp copies them on, piece by piece, into a ring of shared-memory
+//     slots ("The weight ring" below), as far ahead as the ring holds.
+// So when a stage's input arrives, its weights are normally in shared memory already, and the
+// stage's arithmetic does not wait for round trips to L2.
 
 struct Matrix {
   const float* rows;  // [n][cols]
@@ -138,7 +183,7 @@ struct Matrix {
 };
 
 constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
-constexpr int kClassifierChunk = 64;            // classifier rows per block per chunk
+constexpr int kClassifierChunk = 128;           // classifier rows per block asked of L2 ahead
 
 // Hopper's bulk prefetch: L2 fetches `bytes` at `src` (16-byte aligned, a multiple of 16); the
 // thread does not wait, and nothing tells when it is done.
@@ -181,7 +226,7 @@ __device__ void prefetch_stage(const Params& p, int stage) {
   if (stage > last) return;
   if (stage == last) {
     const Rows r = my_rows(p.vocab);
-    prefetch_rows(classifier_of(p), r.begin, min(r.end, r.begin + 2 * kClassifierChunk));
+    prefetch_rows(classifier_of(p), r.begin, min(r.end, r.begin + kClassifierChunk));
     return;
   }
   const int l = stage / 4;
@@ -197,55 +242,89 @@ __device__ void prefetch_stage(const Params& p, int stage) {
   }
 }
 
-// Rows [rows.begin, rows.end) of m times vec (shared memory), by this warp: kRows rows at a
-// time, lane l reading their 16-byte pieces l, l + 32, ... (coalesced) and adding them in that
-// order, then the lanes in a fixed tree: as one warp alone would, so the result does not
-// depend on the grid. store(row, value) by lane 0.
-template <typename Store>
-__device__ void warp_matvec(const Matrix& m, Rows rows, const float* vec, Store& store) {
-  constexpr int kRows = 4;
-  const int lane = threadIdx.x % 32, n4 = m.cols / 4;
-  const float4* x = reinterpret_cast<const float4*>(vec);
-  for (int r0 = rows.begin; r0 < rows.end; r0 += kRows) {
-    const int count = min(kRows, rows.end - r0);
-    const float4* w = reinterpret_cast<const float4*>(m.rows) + std::size_t(r0) * std::size_t(n4);
-    float acc[kRows] = {};
-#pragma unroll 2
-    for (int c = lane; c < n4; c += 32) {
-      const float4 v = x[c];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        if (r < count) {
-          const float4 a = __ldcs(w + std::size_t(r) * std::size_t(n4) + c);  // read once per token
-          acc[r] += a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      if (r < count) {
-        const float dot = warp_sum(acc[r]);
-        if (lane == 0) store(r0 + r, dot);
-      }
+// ---- The weight ring ------------------------------------------------------------------------
+// A block's rows of a matrix are contiguous in memory; the ring cuts them into pieces of whole
+// rows that fit a slot, and walks the token's pieces in the stages' order: per layer Wqkv, Wo,
+// W1, W3, W2, then the classifier. Both sides walk the same sequence and count the pieces, so
+// piece n is in slot n % kSlots, and its use of that slot is the (n / kSlots)-th:
+//   producer (one thread): wait until the slot's last piece has been read (`empty`), then one
+//            bulk copy into the slot, which completes `full` when it has landed;
+//   computing warps: wait for `full`, read the rows, each warp says it is done (`empty`).
+// Only the producer ever waits for the other side, so the computing warps never stall on the
+// ring unless the copies are behind; and the producer runs as far ahead as kSlots pieces.
+
+struct Ring {
+  unsigned char* slots;  // kSlots * slot_bytes
+  std::uint64_t* full;   // [kSlots]: the producer's arrival plus the copy's bytes
+  std::uint64_t* empty;  // [kSlots]: one arrival per computing warp
+  std::uint32_t slot_bytes;
+  std::uint32_t next;    // the pieces this thread has passed: the next piece's number
+};
+
+__device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring) {
+  return int(ring.slot_bytes / (std::uint32_t(m.cols) * sizeof(float)));
+}
+
+// The producer: this block's rows of m into the ring, piece by piece.
+__device__ void send_rows(Ring& ring, const Matrix& m) {
+  const Rows rows = my_rows(m.n);
+  const int per_piece = rows_per_piece(m, ring);
+  for (int first = rows.begin; first < rows.end; first += per_piece, ++ring.next) {
+    const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
+    if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);  // its last piece has been read
+    const std::uint32_t bytes = std::uint32_t(min(per_piece, rows.end - first)) * std::uint32_t(m.cols) * sizeof(float);
+    bulk::arrive_expecting(ring.full + slot, bytes);
+    bulk::bulk_copy(ring.slots + std::size_t(slot) * ring.slot_bytes, m.rows + std::size_t(first) * std::size_t(m.cols),
+                    bytes, ring.full + slot);
   }
 }
 
-// This block's rows of m times vec, its warps splitting them; ends with the block meeting (the
-// next stage overwrites vec, and reads what this one left in shared memory).
-template <typename Store>
-__device__ void matvec(const Matrix& m, const float* vec, Store&& store) {
-  warp_matvec(m, share(my_rows(m.n), threadIdx.x / 32, kWarps), vec, store);
-  block_sync();
+// The whole token's weights, in the order step() reads them.
+__device__ void stream_weights(const Params& p, Ring ring) {
+  for (int l = 0; l < p.n_layers; ++l) {
+    send_rows(ring, wqkv_of(p, l));
+    send_rows(ring, wo_of(p, l));
+    send_rows(ring, w1_of(p, l));
+    send_rows(ring, w3_of(p, l));
+    send_rows(ring, w2_of(p, l));
+  }
+  send_rows(ring, classifier_of(p));
 }
 
-// The classifier: the same, chunk by chunk, each chunk asking L2 for the one two ahead.
+// One row (shared memory) times vec (shared memory), by a warp: lane l adds the products of the
+// 16-byte pieces l, l + 32, ... in that order, then the lanes are added in a fixed tree: the
+// same bits whichever block and warp compute the row.
+__device__ float row_dot(const float* row, const float* vec, int cols) {
+  const float4* w = reinterpret_cast<const float4*>(row);
+  const float4* x = reinterpret_cast<const float4*>(vec);
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int c = threadIdx.x % 32; c < cols / 4; c += 32) {
+    const float4 a = w[c], v = x[c];
+    acc += a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
+  }
+  return warp_sum(acc);
+}
+
+// This block's rows of m times vec (shared memory), from the ring: the rows of each piece are
+// dealt to the warps in turn (the block's row j to warp j % kWarps), and store(row, value) is
+// called by the row's lane 0. Ends with the block meeting (the next stage overwrites vec and
+// reads what this one left in shared memory).
 template <typename Store>
-__device__ void matvec_chunked(const Matrix& m, const float* vec, Store&& store) {
-  const Rows r = my_rows(m.n);
-  for (int first = r.begin; first < r.end; first += kClassifierChunk) {
-    const int ahead = first + 2 * kClassifierChunk;
-    prefetch_rows(m, min(ahead, r.end), min(ahead + kClassifierChunk, r.end));
-    const Rows chunk{first, min(first + kClassifierChunk, r.end)};
-    warp_matvec(m, share(chunk, threadIdx.x / 32, kWarps), vec, store);
+__device__ void matvec(Ring& ring, const Matrix& m, const float* vec, Store&& store) {
+  const Rows rows = my_rows(m.n);
+  const int per_piece = rows_per_piece(m, ring), warp = threadIdx.x / 32;
+  for (int first = rows.begin; first < rows.end; first += per_piece, ++ring.next) {
+    const std::uint32_t slot = ring.next % kSlots;
+    bulk::wait(ring.full + slot, (ring.next / kSlots) & 1u);
+    const float* piece = reinterpret_cast<const float*>(ring.slots + std::size_t(slot) * ring.slot_bytes);
+    const int count = min(per_piece, rows.end - first);
+    for (int r = (warp - (first - rows.begin) % kWarps + kWarps) % kWarps; r < count; r += kWarps) {
+      const float dot = row_dot(piece + std::size_t(r) * std::size_t(m.cols), vec, m.cols);
+      if (threadIdx.x % 32 == 0) store(first + r, dot);
+    }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) bulk::arrive(ring.empty + slot);  // this warp is done with the slot
   }
   block_sync();
 }
@@ -296,14 +375,6 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 
 // ---- Attention ------------------------------------------------------------------------------
 
-// 16 bytes from device to shared memory, without the thread waiting (cp.async; cp.async.wait_all
-// waits for the thread's copies).
-__device__ __forceinline__ void copy16_async(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-
 // The rows t < pos of a head's keys and values were written by earlier launches: the head's block
 // copies them into shared memory at the start of the layer, so that they have arrived by the
 // time its attention stage needs them, while the block computes its share of Wqkv. At most
@@ -315,8 +386,8 @@ __device__ int copy_history(const Params& p, const Shared& s, int layer, int h, 
   const std::size_t first = std::size_t(layer) * std::size_t(p.seq_len) * kv + std::size_t(group) * hs;
   for (int i = threadIdx.x; i < rows * pieces; i += kThreads) {
     const int t = i / pieces, c = 4 * (i % pieces);
-    copy16_async(s.keys + t * hs + c, p.io.key_cache + first + std::size_t(t) * kv + c);
-    copy16_async(s.values + t * hs + c, p.io.value_cache + first + std::size_t(t) * kv + c);
+    bulk::copy16_async(s.keys + t * hs + c, p.io.key_cache + first + std::size_t(t) * kv + c);
+    bulk::copy16_async(s.values + t * hs + c, p.io.value_cache + first + std::size_t(t) * kv + c);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   return rows;
@@ -372,6 +443,8 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
   // Scores: a thread per position, the whole dot product in 16-byte loads (rows t < pos were
   // written by earlier launches; row pos is this step's, in shared memory).
   // The pieces of a row are loaded together, kPieces at a time (one round trip per 64 floats).
+  // Thread t starts at piece t % pieces and wraps around: in shared memory the rows of a warp's
+  // threads are hs floats apart, so pieces at the same index would all be in the same banks.
   constexpr int kPieces = 16;
   const float root = sqrtf(float(hs));
   const int pieces = hs / 4;
@@ -379,16 +452,20 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
     const float* row = t == pos ? s.k : t < copied ? s.keys + t * hs : key_rows + std::size_t(t) * kv;
     const float4* key = reinterpret_cast<const float4*>(row);
     const float4* q = reinterpret_cast<const float4*>(s.q);
+    const int shift = t % pieces;
     float dot = 0.0f;
     for (int c0 = 0; c0 < pieces; c0 += kPieces) {
       float4 k4[kPieces];
+      int at[kPieces];
 #pragma unroll
-      for (int c = 0; c < kPieces; ++c)
-        if (c0 + c < pieces) k4[c] = key[c0 + c];
+      for (int c = 0; c < kPieces; ++c) {
+        at[c] = c0 + c + shift < pieces ? c0 + c + shift : c0 + c + shift - pieces;
+        if (c0 + c < pieces) k4[c] = key[at[c]];
+      }
 #pragma unroll
       for (int c = 0; c < kPieces; ++c)
         if (c0 + c < pieces) {
-          const float4 b = q[c0 + c];
+          const float4 b = q[at[c]];
           dot += k4[c].x * b.x + k4[c].y * b.y + k4[c].z * b.z + k4[c].w * b.w;
         }
     }
@@ -463,7 +540,7 @@ __device__ __forceinline__ std::uint32_t layer_tag(const Params& p, int layer) {
 //   D: xa -> RMSNorm -> W1 and W3 rows of this block's hidden units -> g = swiglu(W1 h, W3 h)
 //   E: g -> W2, + the residual xa -> xb
 // then xb -> RMSNorm -> classifier -> logits.
-__device__ void step(const Params& p, const Shared& s) {
+__device__ void step(const Params& p, const Shared& s, Ring& ring) {
   const int tid = threadIdx.x, dim = p.dim, hidden = p.hidden;
   const int pos = *p.io.pos;  // read before this block writes anything block 0 waits for
   const int token = *p.io.token;
@@ -491,7 +568,7 @@ __device__ void step(const Params& p, const Shared& s) {
       await_vector(p.act.xb, dim, before, s.vec, p);
     }
     rmsnorm_in_place(s.vec, dim, norm, s.red);
-    matvec(wqkv_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.qkv + r, d, tag); });
+    matvec(ring, wqkv_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.qkv + r, d, tag); });
     // B: att = attention(q, the caches + this position's k and v), a block per query head
     for (int h = blockIdx.x; h < p.n_heads; h += gridDim.x)
       attention_head(p, s, l, h, pos, tag, h == int(blockIdx.x) ? copied : 0);
@@ -502,14 +579,14 @@ __device__ void step(const Params& p, const Shared& s) {
         s.res[j] = tagged::await(p.act.xb + mine.begin + j, before, p.poll_sleep_ns);
     await_vector(p.act.att, dim, tag, s.vec, p);
     block_sync();
-    matvec(wo_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.xa + r, s.res[r - mine.begin] + d, tag); });
+    matvec(ring, wo_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.xa + r, s.res[r - mine.begin] + d, tag); });
     // D: g = swiglu(W1 h, W3 h) for this block's hidden units, h = RMSNorm(xa)
     prefetch_stage(p, 4 * l + 4);
     load_norm(norm, p.w.rms_ffn + L * dim, dim);
     await_vector(p.act.xa, dim, tag, s.vec, p);
     rmsnorm_in_place(s.vec, dim, norm, s.red);
-    matvec(w1_of(p, l), s.vec, [&](int j, float v) { s.gate[j - units.begin] = v; });
-    matvec(w3_of(p, l), s.vec,
+    matvec(ring, w1_of(p, l), s.vec, [&](int j, float v) { s.gate[j - units.begin] = v; });
+    matvec(ring, w3_of(p, l), s.vec,
            [&](int j, float v) { tagged::publish(p.act.g + j, swiglu(s.gate[j - units.begin], v), tag); });
     // E: xb = xa + W2 g
     prefetch_stage(p, 4 * l + 5);
@@ -517,21 +594,37 @@ __device__ void step(const Params& p, const Shared& s) {
       s.res[j] = tagged::await(p.act.xa + mine.begin + j, tag, p.poll_sleep_ns);
     await_vector(p.act.g, hidden, tag, s.vec, p);
     block_sync();
-    matvec(w2_of(p, l), s.vec, [&](int r, float v) { tagged::publish(p.act.xb + r, s.res[r - mine.begin] + v, tag); });
+    matvec(ring, w2_of(p, l), s.vec, [&](int r, float v) { tagged::publish(p.act.xb + r, s.res[r - mine.begin] + v, tag); });
   }
   // logits = classifier RMSNorm(xb)
   load_norm(norm, p.w.rms_final, dim);
   await_vector(p.act.xb, dim, layer_tag(p, p.n_layers - 1), s.vec, p);
   rmsnorm_in_place(s.vec, dim, norm, s.red);
-  matvec_chunked(classifier_of(p), s.vec, [&](int r, float v) { __stcg(p.io.logits + r, v); });
+  matvec(ring, classifier_of(p), s.vec, [&](int r, float v) { __stcg(p.io.logits + r, v); });
   // Every block read *pos before writing its rows of xb, and block 0 has read all of xb.
   if (blockIdx.x == 0 && tid == 0) *p.io.pos = pos + 1;
 }
 
-__global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Params p) {
+// Warps 0..kWarps-1 compute (step); the last warp's first thread streams the weights into the
+// ring (stream_weights). The rest of that warp has nothing to do.
+__global__ void __launch_bounds__(kBlockThreads, 1) persistent_step_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) unsigned char shared[];
-  step(p, carve(p, shared));
+  const Shared s = carve(p, shared);
+  Ring ring{s.ring, s.barriers, s.barriers + kSlots, p.slot_bytes, 0};
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < kSlots; ++k) {
+      bulk::init(ring.full + k, 1);
+      bulk::init(ring.empty + k, kWarps);
+    }
+    bulk::init_done();
+  }
+  __syncthreads();  // the barriers are ready (the last time all the block's warps meet)
+  if (threadIdx.x >= kThreads) {
+    if (threadIdx.x == kThreads) stream_weights(p, ring);
+    return;
+  }
+  step(p, s, ring);
 #endif
 }
 
@@ -543,21 +636,21 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
   throw std::invalid_argument("ch08 persistent step: " + what + " (" + model.config().summary() + ")");
 }
 
+StepWeights step_weights(const GpuModel& model) {
+  const wb::model::Weights& w = model.host().weights();
+  return StepWeights{model.device(w.token_embedding), model.device(w.layers[0].rms_att), model.qkv(0),
+                     model.device(w.layers[0].wo),    model.device(w.layers[0].rms_ffn), model.w13(0),
+                     model.device(w.layers[0].w2),    model.device(w.rms_final),         model.device(w.classifier)};
+}
+
 Params params_for(const GpuModel& model, const StepBuffers& io) {
   const wb::model::Config& c = model.config();
   Params p{};
-  p.dim = c.dim;
-  p.hidden = c.hidden_dim;
-  p.n_layers = c.n_layers;
-  p.n_heads = c.n_heads;
-  p.n_kv_heads = c.n_kv_heads;
-  p.head_size = c.head_size();
-  p.kv_dim = c.kv_dim();
-  p.vocab = c.vocab_size;
-  p.seq_len = c.seq_len;
+  static_cast<StepShape&>(p) = step_shape(c);
   p.w = step_weights(model);
   p.io = io;
   p.poll_sleep_ns = kPollSleepNs;
+  p.slot_bytes = slot_bytes_for(c.dim, c.hidden_dim);
   return p;
 }
 
@@ -577,11 +670,9 @@ void check_layer_strides(const GpuModel& model) {
 
 }  // namespace
 
-StepWeights step_weights(const GpuModel& model) {
-  const wb::model::Weights& w = model.host().weights();
-  return StepWeights{model.device(w.token_embedding), model.device(w.layers[0].rms_att), model.qkv(0),
-                     model.device(w.layers[0].wo),    model.device(w.layers[0].rms_ffn), model.w13(0),
-                     model.device(w.layers[0].w2),    model.device(w.rms_final),         model.device(w.classifier)};
+StepShape step_shape(const wb::model::Config& c) {
+  return StepShape{c.dim,      c.hidden_dim,  c.n_layers,    c.n_heads, c.n_kv_heads,
+                   c.head_size(), c.kv_dim(), c.vocab_size, c.seq_len};
 }
 
 const char* plan_name(PersistentPlan plan) { return plan == PersistentPlan::Cluster ? "cluster" : "grid"; }
@@ -623,13 +714,13 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
     --history_rows_;  // the regions' 16-byte rounding
   shared_bytes_ = layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, history_rows_).total;
   if (shared_bytes_ > std::size_t(optin))
-    unsupported(model, "the scores of " + std::to_string(c.seq_len) + " positions and the stage vectors need " +
+    unsupported(model, "the weight ring, the scores of " + std::to_string(c.seq_len) + " positions and the stage vectors need " +
                            std::to_string(shared_bytes_) + " bytes of shared memory; a block has " +
                            std::to_string(optin));
   WB_CUDA(cudaFuncSetAttribute(persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(shared_bytes_)));
   int per_sm = 0;
-  WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_step_kernel, kThreads, shared_bytes_));
+  WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_step_kernel, kBlockThreads, shared_bytes_));
   if (per_sm < 1) unsupported(model, "no block of the kernel fits on an SM");
   // Every block must write some rows of xb (the last stage), which block 0 waits for before it
   // advances *pos: so at most dim blocks (and at most what is resident at once: the blocks
@@ -704,7 +795,7 @@ void PersistentStep::enqueue(cudaStream_t stream) {
   cooperative.val.cooperative = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks_));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(kBlockThreads);
   config.dynamicSmemBytes = shared_bytes_;
   config.stream = stream;
   config.attrs = &cooperative;

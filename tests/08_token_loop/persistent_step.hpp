@@ -6,7 +6,7 @@
 // at batch 1 most of them are too short to hide that. This kernel runs the same forward pass
 // (embedding row, RMSNorm, packed QKV matvec, RoPE + cache append, attention, Wo + residual,
 // RMSNorm, packed W1|W3 matvec, SwiGLU, W2 + residual, ..., final norm, classifier) as one
-// launch of one block (8 warps) per SM:
+// launch of one block per SM (7 warps that compute, 1 that streams the weights):
 //
 //   - The blocks hand each other the stages' outputs (a few kilobytes) as tagged values
 //     (tagged_values.cuh): each value carries the layer and launch that wrote it, and a reader
@@ -14,14 +14,17 @@
 //     as its own input exists.
 //   - Each block owns a contiguous range of rows of every matrix, so the weights it will read
 //     never depend on the activations: it asks L2 for its rows two stages ahead (bulk prefetch
-//     instructions, no waiting), and its warps then read them, a warp per group of rows, with
-//     16-byte loads. The device memory works on the next stages while the blocks wait for
-//     their inputs.
+//     instructions, no waiting), and its producer warp copies them on into a ring of shared-
+//     memory slots (Hopper's bulk copies, each landing on an mbarrier), as far ahead as the
+//     ring holds. When a stage's input arrives its weights are already in shared memory, and
+//     its warps read them a row per warp. The device memory works on the next stages while
+//     the blocks wait for their inputs.
 //   - RMSNorm is recomputed by every block from the whole residual stream (a few kilobytes),
 //     so it needs no stage of its own; each block owns the W1 and W3 rows of the same hidden
 //     units, so SwiGLU is the end of its W1|W3 stage; RoPE and the cache append happen in the
 //     attention stage, one block per query head, which copies its head's cache rows into
-//     shared memory at the start of the layer (cp.async), while it computes its share of Wqkv.
+//     shared memory at the start of the layer (cp.async, as many as the shared memory left
+//     beside the ring holds), while it computes its share of Wqkv.
 //
 // Same arithmetic as llama2.c's run.c in fp32, in another order: the logits match the CPU
 // engine within the model tests' tolerance, and they are the same bit for bit whatever the
@@ -49,25 +52,20 @@
 #include <memory>
 #include <string>
 
+namespace wb::model {
+struct Config;
+}
+
 namespace ch08 {
 
 class GpuModel;
 class ClusterStep;
 
-// The weights a step reads: GpuModel's device copies (the packed Wqkv and W1|W3 of layer 0;
-// every per-layer array is [layer][...], which PersistentStep's constructor checks).
-struct StepWeights {
-  const float* embedding;   // [vocab][dim]
-  const float* rms_att;     // [layer][dim]
-  const float* wqkv;        // [layer][dim + 2 kv_dim][dim]
-  const float* wo;          // [layer][dim][dim]
-  const float* rms_ffn;     // [layer][dim]
-  const float* w13;         // [layer][2 hidden][dim]: W1's rows, then W3's
-  const float* w2;          // [layer][dim][hidden]
-  const float* rms_final;   // [dim]
-  const float* classifier;  // [vocab][dim]
+// The model's sizes, as both plans' kernels read them (their Params start with these).
+struct StepShape {
+  int dim, hidden, n_layers, n_heads, n_kv_heads, head_size, kv_dim, vocab, seq_len;
 };
-StepWeights step_weights(const GpuModel& model);
+StepShape step_shape(const wb::model::Config& config);
 
 // How the step is spread over the GPU:
 //   Grid:    one block per SM (or set_blocks), every matrix's rows split over the blocks,

@@ -169,6 +169,39 @@ TEST_CASE("persistent step: teacher-forced logits match the CPU engine (the clus
   }
 }
 
+// The grid plan's weight ring at its edges: W2's rows (hidden 4608 floats, 18 KB) longer than a
+// ring slot's default 16 KB, so a slot holds one such row and many of the short ones; a context
+// longer than the cache rows a head block keeps in shared memory, so attention also reads rows
+// from device memory; and a block's share of the token's weights many times the ring.
+TEST_CASE("persistent step: teacher-forced logits match the CPU engine (long rows, long context: the grid plan's ring and history)") {
+  WB_REQUIRE_GPU();
+  wb::model::SyntheticSpec spec = wb::model::synthetic_small();
+  spec.dim = 64;
+  spec.hidden_dim = 4608;
+  spec.n_layers = 2;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 2;
+  spec.vocab_size = 300;
+  spec.seq_len = 1024;
+  const Model m = wb::model::make_synthetic(spec);
+  if (!persistent_runs_here(m)) return;
+  {
+    ch08::GpuModel gm(m);
+    ch08::GpuDecoder dec(gm);
+    REQUIRE_MESSAGE(dec.persistent_step()->history_rows() < spec.seq_len - 1,
+                    "the test must reach positions whose cache rows are read from device memory: "
+                        << dec.persistent_step()->history_rows() << " rows kept in shared memory");
+  }
+  const std::vector<int> tokens = random_sequence(m, steps_for(spec.seq_len), "ch08/persistent/ring");
+  for (int blocks : {1, 7, 0}) {
+    check_teacher_forced(m, tokens, ch08::StepMode::Persistent, "long rows, grid of " + std::to_string(blocks),
+                         [blocks](ch08::GpuDecoder& dec) {
+                           dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+                           dec.set_persistent_blocks(blocks);
+                         });
+  }
+}
+
 TEST_CASE("persistent step: a short context to its last position, then a step past it throws") {
   WB_REQUIRE_GPU();
   const Model m = short_context_model();
