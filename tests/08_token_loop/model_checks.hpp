@@ -224,18 +224,22 @@ inline std::string decode_text(const Tokenizer& tok, const std::vector<int>& tok
   return text;
 }
 
-// A small model with a short context (for the position check).
-inline Model short_context_model() {
+// A dim-64 model, 4 query heads over 2 KV heads, of the other sizes given: small enough for the
+// CPU engine at every position, shaped for one corner at a time.
+inline Model dim64_model(int hidden_dim, int n_layers, int vocab_size, int seq_len) {
   wb::model::SyntheticSpec s = wb::model::synthetic_small();
   s.dim = 64;
-  s.hidden_dim = 96;
-  s.n_layers = 2;
+  s.hidden_dim = hidden_dim;
+  s.n_layers = n_layers;
   s.n_heads = 4;
   s.n_kv_heads = 2;
-  s.vocab_size = 256;
-  s.seq_len = 16;
+  s.vocab_size = vocab_size;
+  s.seq_len = seq_len;
   return wb::model::make_synthetic(s);
 }
+
+// A small model with a short context (for the position check).
+inline Model short_context_model() { return dim64_model(96, 2, 256, 16); }
 
 // CUPTI's count of one call of the fused sampler (what a token adds to the step's launches).
 inline std::uint64_t sampler_launches(int vocab, const ch07::SamplingParams& p) {

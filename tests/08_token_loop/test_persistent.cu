@@ -175,24 +175,17 @@ TEST_CASE("persistent step: teacher-forced logits match the CPU engine (the clus
 // from device memory; and a block's share of the token's weights many times the ring.
 TEST_CASE("persistent step: teacher-forced logits match the CPU engine (long rows, long context: the grid plan's ring and history)") {
   WB_REQUIRE_GPU();
-  wb::model::SyntheticSpec spec = wb::model::synthetic_small();
-  spec.dim = 64;
-  spec.hidden_dim = 4608;
-  spec.n_layers = 2;
-  spec.n_heads = 4;
-  spec.n_kv_heads = 2;
-  spec.vocab_size = 300;
-  spec.seq_len = 1024;
-  const Model m = wb::model::make_synthetic(spec);
+  const Model m = dim64_model(4608, 2, 300, 1024);
+  const int seq_len = m.config().seq_len;
   if (!persistent_runs_here(m)) return;
   {
     ch08::GpuModel gm(m);
     ch08::GpuDecoder dec(gm);
-    REQUIRE_MESSAGE(dec.persistent_step()->history_rows() < spec.seq_len - 1,
+    REQUIRE_MESSAGE(dec.persistent_step()->history_rows() < seq_len - 1,
                     "the test must reach positions whose cache rows are read from device memory: "
                         << dec.persistent_step()->history_rows() << " rows kept in shared memory");
   }
-  const std::vector<int> tokens = random_sequence(m, steps_for(spec.seq_len), "ch08/persistent/ring");
+  const std::vector<int> tokens = random_sequence(m, steps_for(seq_len), "ch08/persistent/ring");
   for (int blocks : {1, 7, 0}) {
     check_teacher_forced(m, tokens, ch08::StepMode::Persistent, "long rows, grid of " + std::to_string(blocks),
                          [blocks](ch08::GpuDecoder& dec) {
@@ -390,15 +383,7 @@ TEST_CASE("persistent step: the cluster plan where a cluster holds the model; on
                                 << "shared memory, runs on the grid by default");
   }
   // A head's cache rows over 16384 positions: 2 MiB, more than a block's shared memory.
-  wb::model::SyntheticSpec s = wb::model::synthetic_small();
-  s.dim = 64;
-  s.hidden_dim = 96;
-  s.n_layers = 1;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.vocab_size = 256;
-  s.seq_len = 16384;
-  const Model long_context = wb::model::make_synthetic(s);
+  const Model long_context = dim64_model(96, 1, 256, 16384);
   ch08::GpuModel gm(long_context);
   ch08::GpuDecoder dec(gm);
   REQUIRE(dec.persistent_step() != nullptr);
@@ -407,5 +392,5 @@ TEST_CASE("persistent step: the cluster plan where a cluster holds the model; on
                 "the reason given: " << dec.persistent_step()->cluster_unavailable());
   CHECK_THROWS_AS(dec.set_persistent_plan(ch08::PersistentPlan::Cluster), std::invalid_argument);
   dec.set_mode(ch08::StepMode::Persistent);
-  CHECK(dec.forward_logits(1).size() == std::size_t(s.vocab_size));  // the grid plan still runs it
+  CHECK(dec.forward_logits(1).size() == std::size_t(long_context.config().vocab_size));  // the grid plan still runs it
 }
