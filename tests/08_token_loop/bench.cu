@@ -100,10 +100,10 @@ nlohmann::json plan_tokens_per_s(ch08::GpuDecoder& dec, int steps, double measur
     }
   }
   dec.set_persistent_plan(chosen);
+  char cluster[32] = "cannot run";
+  if (out.contains("cluster")) std::snprintf(cluster, sizeof cluster, "%.1f", out.at("cluster").get<double>());
   std::printf("  persistent step by plan (tok/s): grid %.1f, cluster %s (the bench's row: %s)\n",
-              out.at("grid").get<double>(),
-              out.contains("cluster") ? std::to_string(out.at("cluster").get<double>()).c_str() : "cannot run",
-              ch08::plan_name(chosen));
+              out.at("grid").get<double>(), cluster, ch08::plan_name(chosen));
   return out;
 }
 

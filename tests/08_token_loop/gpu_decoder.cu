@@ -442,8 +442,7 @@ void GpuDecoder::enqueue_sample(const ch07::SamplingParams& sampling) {
 // argmax; the persistent step's cluster plan picks it itself and writes it into *token, so
 // the sampler's launch is skipped then (same token: its tests compare the greedy tokens).
 bool GpuDecoder::step_picked_token(const ch07::SamplingParams& sampling) const {
-  const bool greedy = sampling.temperature == 0.0f || sampling.top_k == 1;
-  return greedy && mode_ == StepMode::Persistent && persistent_->picks_greedy_token();
+  return ch07::is_greedy(sampling) && mode_ == StepMode::Persistent && persistent_->picks_greedy_token();
 }
 
 void GpuDecoder::put_token(int token) {
