@@ -69,7 +69,7 @@ __host__ __device__ inline std::uint32_t slot_bytes_for(int dim, int hidden) {
 // Byte offsets into the block's dynamic shared memory; the same function on the host (how
 // much to ask for) and on the device (where things are). Every region starts 16-byte aligned.
 struct Layout {
-  std::size_t barriers, ring, vec, res, gate, red, q, k, v, scores, partial, keys, values, total;
+  std::size_t barriers, ring, vec, res, red, q, k, v, scores, partial, keys, values, total;
 };
 
 __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size, int seq_len, int history_rows) {
@@ -84,7 +84,6 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
   l.ring = take(std::size_t(kSlots) * slot_bytes_for(dim, hidden) / sizeof(float));  // its slots
   l.vec = take(std::size_t(dim > hidden ? dim : hidden));  // the stage's input vector
   l.res = take(std::size_t(dim));          // the residual rows this block updates
-  l.gate = take(std::size_t(hidden));      // W1 h of this block's hidden units
   l.red = take(32);                        // one partial per warp
   l.q = take(std::size_t(head_size));      // attention: rotated q,
   l.k = take(std::size_t(head_size));      // this position's rotated k
@@ -100,7 +99,7 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
 struct Shared {
   std::uint64_t* barriers;
   unsigned char* ring;
-  float *vec, *res, *gate, *red, *q, *k, *v, *scores, *partial, *keys, *values;
+  float *vec, *res, *red, *q, *k, *v, *scores, *partial, *keys, *values;
 };
 
 __device__ Shared carve(const Params& p, unsigned char* base) {
@@ -110,7 +109,6 @@ __device__ Shared carve(const Params& p, unsigned char* base) {
                 base + l.ring,
                 f(l.vec),
                 f(l.res),
-                f(l.gate),
                 f(l.red),
                 f(l.q),
                 f(l.k),
@@ -245,7 +243,7 @@ __device__ void prefetch_stage(const Params& p, int stage) {
 // ---- The weight ring ------------------------------------------------------------------------
 // A block's rows of a matrix are contiguous in memory; the ring cuts them into pieces of whole
 // rows that fit a slot, and walks the token's pieces in the stages' order: per layer Wqkv, Wo,
-// W1, W3, W2, then the classifier. Both sides walk the same sequence and count the pieces, so
+// W1 and W3 (a piece of each, in turn: matvec_pair), W2, then the classifier. Both sides walk the same sequence and count the pieces, so
 // piece n is in slot n % kSlots, and its use of that slot is the (n / kSlots)-th:
 //   producer (one thread): wait until the slot's last piece has been read (`empty`), then one
 //            bulk copy into the slot, which completes `full` when it has landed;
@@ -279,13 +277,28 @@ __device__ void send_rows(Ring& ring, const Matrix& m) {
   }
 }
 
+// The same for two matrices of one shape, a piece of each in turn (matvec_pair reads them so).
+__device__ void send_rows_pair(Ring& ring, const Matrix& a, const Matrix& b) {
+  const Rows rows = my_rows(a.n);
+  const int per_piece = rows_per_piece(a, ring);
+  for (int first = rows.begin; first < rows.end; first += per_piece)
+    for (const Matrix* m : {&a, &b}) {
+      const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
+      if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);
+      const std::uint32_t bytes = std::uint32_t(min(per_piece, rows.end - first)) * std::uint32_t(m->cols) * sizeof(float);
+      bulk::arrive_expecting(ring.full + slot, bytes);
+      bulk::bulk_copy(ring.slots + std::size_t(slot) * ring.slot_bytes,
+                      m->rows + std::size_t(first) * std::size_t(m->cols), bytes, ring.full + slot);
+      ++ring.next;
+    }
+}
+
 // The whole token's weights, in the order step() reads them.
 __device__ void stream_weights(const Params& p, Ring ring) {
   for (int l = 0; l < p.n_layers; ++l) {
     send_rows(ring, wqkv_of(p, l));
     send_rows(ring, wo_of(p, l));
-    send_rows(ring, w1_of(p, l));
-    send_rows(ring, w3_of(p, l));
+    send_rows_pair(ring, w1_of(p, l), w3_of(p, l));
     send_rows(ring, w2_of(p, l));
   }
   send_rows(ring, classifier_of(p));
@@ -304,6 +317,23 @@ __device__ float row_dot(const float* row, const float* vec, int cols) {
     acc += a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
   }
   return warp_sum(acc);
+}
+
+// Row r of two matrices times the same vec, by a warp: row_dot's sums, each in row_dot's order
+// (the same bits), the two side by side (each load of vec serves both, and the two chains of
+// additions overlap).
+__device__ float2 row_dot_pair(const float* row_a, const float* row_b, const float* vec, int cols) {
+  const float4* a4 = reinterpret_cast<const float4*>(row_a);
+  const float4* b4 = reinterpret_cast<const float4*>(row_b);
+  const float4* x = reinterpret_cast<const float4*>(vec);
+  float acc_a = 0.0f, acc_b = 0.0f;
+#pragma unroll 4
+  for (int c = threadIdx.x % 32; c < cols / 4; c += 32) {
+    const float4 a = a4[c], b = b4[c], v = x[c];
+    acc_a += a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
+    acc_b += b.x * v.x + b.y * v.y + b.z * v.z + b.w * v.w;
+  }
+  return make_float2(warp_sum(acc_a), warp_sum(acc_b));
 }
 
 // This block's rows of m times vec (shared memory), from the ring: the rows of each piece are
@@ -325,6 +355,33 @@ __device__ void matvec(Ring& ring, const Matrix& m, const float* vec, Store&& st
     }
     __syncwarp();
     if (threadIdx.x % 32 == 0) bulk::arrive(ring.empty + slot);  // this warp is done with the slot
+  }
+  block_sync();
+}
+
+// The same for two matrices of one shape whose pieces come in turn (send_rows_pair), row r of
+// both by the same warp: store(row, a_dot, b_dot). How W1 and W3 make SwiGLU's two inputs.
+template <typename Store>
+__device__ void matvec_pair(Ring& ring, const Matrix& a, const Matrix& b, const float* vec, Store&& store) {
+  const Rows rows = my_rows(a.n);
+  const int per_piece = rows_per_piece(a, ring), warp = threadIdx.x / 32;
+  for (int first = rows.begin; first < rows.end; first += per_piece, ring.next += 2) {
+    const std::uint32_t slot_a = ring.next % kSlots, slot_b = (ring.next + 1) % kSlots;
+    bulk::wait(ring.full + slot_a, (ring.next / kSlots) & 1u);
+    bulk::wait(ring.full + slot_b, ((ring.next + 1) / kSlots) & 1u);
+    const float* piece_a = reinterpret_cast<const float*>(ring.slots + std::size_t(slot_a) * ring.slot_bytes);
+    const float* piece_b = reinterpret_cast<const float*>(ring.slots + std::size_t(slot_b) * ring.slot_bytes);
+    const int count = min(per_piece, rows.end - first);
+    for (int r = (warp - (first - rows.begin) % kWarps + kWarps) % kWarps; r < count; r += kWarps) {
+      const std::size_t at = std::size_t(r) * std::size_t(a.cols);
+      const float2 dots = row_dot_pair(piece_a + at, piece_b + at, vec, a.cols);
+      if (threadIdx.x % 32 == 0) store(first + r, dots.x, dots.y);
+    }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {  // this warp is done with both slots
+      bulk::arrive(ring.empty + slot_a);
+      bulk::arrive(ring.empty + slot_b);
+    }
   }
   block_sync();
 }
@@ -547,7 +604,6 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
   const bool known = token >= 0 && token < p.vocab;
   const float nan = __int_as_float(0x7fc00000);  // an unknown token: the mistake shows in the logits
   const Rows mine = my_rows(dim);      // the residual rows this block's Wo and W2 stages write
-  const Rows units = my_rows(hidden);  // the hidden units of this block's W1 and W3 rows
   NormWeights norm;
   prefetch_stage(p, 0);
   prefetch_stage(p, 1);
@@ -585,9 +641,8 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     load_norm(norm, p.w.rms_ffn + L * dim, dim);
     await_vector(p.act.xa, dim, tag, s.vec, p);
     rmsnorm_in_place(s.vec, dim, norm, s.red);
-    matvec(ring, w1_of(p, l), s.vec, [&](int j, float v) { s.gate[j - units.begin] = v; });
-    matvec(ring, w3_of(p, l), s.vec,
-           [&](int j, float v) { tagged::publish(p.act.g + j, swiglu(s.gate[j - units.begin], v), tag); });
+    matvec_pair(ring, w1_of(p, l), w3_of(p, l), s.vec,
+                [&](int j, float gate, float up) { tagged::publish(p.act.g + j, swiglu(gate, up), tag); });
     // E: xb = xa + W2 g
     prefetch_stage(p, 4 * l + 5);
     for (int j = tid; j < mine.end - mine.begin; j += kThreads)
