@@ -243,8 +243,9 @@ __device__ void prefetch_stage(const Params& p, int stage) {
 // ---- The weight ring ------------------------------------------------------------------------
 // A block's rows of a matrix are contiguous in memory; the ring cuts them into pieces of whole
 // rows that fit a slot, and walks the token's pieces in the stages' order: per layer Wqkv, Wo,
-// W1 and W3 (a piece of each, in turn: matvec_pair), W2, then the classifier. Both sides walk the same sequence and count the pieces, so
-// piece n is in slot n % kSlots, and its use of that slot is the (n / kSlots)-th:
+// W1 and W3 (a piece of each, in turn: matvec_pair), W2, then the classifier. Both sides walk
+// the same sequence and count the pieces, so piece n is in slot n % kSlots, and its use of
+// that slot is the (n / kSlots)-th:
 //   producer (one thread): wait until the slot's last piece has been read (`empty`), then one
 //            bulk copy into the slot, which completes `full` when it has landed;
 //   computing warps: wait for `full`, read the rows, each warp says it is done (`empty`).
