@@ -60,13 +60,16 @@ bool persistent_runs_here(const Model& m) {
 }
 
 // Under compute-sanitizer the tests decode steps_for(full) steps (model_checks.hpp); under
-// racecheck, those on synthetic models decode 4 (stories260K's prompt is longer than that).
-// There the grid plan's weight ring makes racecheck record, on every access of every piece,
-// the races it cannot tell from real ones (the bulk copies: .ci/sanitize-suites,
-// racecheck_excused); at 12 steps, three of these cases did not finish in 480 s (on an H200,
-// 14 runs at a time). Positions 0 to 3 still run every access pattern of the step (no cache
-// history, then some).
-int persistent_steps(int full) { return wb::coverage::racecheck() ? std::min(full, 4) : steps_for(full); }
+// racecheck, those on synthetic models decode kRacecheckSteps (stories260K's prompt is longer
+// than that). There the grid plan's weight ring makes racecheck record, on every access of
+// every piece, the races it cannot tell from real ones (the bulk copies: .ci/sanitize-suites,
+// .ci/racecheck-excused.awk); at 12 steps, three of these cases did not finish in 480 s (on an
+// H200, 14 runs at a time). Positions 0 to 3 still run every access pattern of the step (no
+// cache history, then some).
+constexpr int kRacecheckSteps = 4;
+int persistent_steps(int full) {
+  return wb::coverage::racecheck() ? std::min(full, kRacecheckSteps) : steps_for(full);
+}
 
 struct Stories {
   Model model;
@@ -174,7 +177,7 @@ TEST_CASE("persistent step: teacher-forced logits match the CPU engine (the clus
                                              << dec.persistent_step()->cluster_unavailable());
     }
     const std::vector<int> tokens =
-        random_sequence(m, wb::coverage::racecheck() ? persistent_steps(m.config().seq_len) : m.config().seq_len,
+        random_sequence(m, wb::coverage::racecheck() ? kRacecheckSteps : m.config().seq_len,  // memcheck: all
                         "ch08/persistent/cluster/" + std::to_string(variant));
     check_every_plan(m, tokens, "cluster corners " + std::to_string(variant) + ", persistent");
   }
