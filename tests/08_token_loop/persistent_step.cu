@@ -119,17 +119,20 @@ __device__ Shared carve(const Params& p, unsigned char* base) {
                 f(l.values)};
 }
 
-// ---- Rows: which block and which warp compute what ---------------------------------------------
-// Block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) of every matrix; its warp w the
-// same share of those. A warp's rows are contiguous in memory.
+// ---- Rows: which block computes what --------------------------------------------------------
+// Block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) of every matrix, so its rows are
+// contiguous in memory.
 
 struct Rows {
   int begin, end;
 };
 
+// In 32-bit arithmetic: every stage computes its shares, and a 64-bit division is a long software
+// routine on the GPU, slow enough to show in tokens per second. rows * blocks < 2^32 for every
+// matrix: PersistentStep's constructor checks.
 __device__ Rows share(Rows all, int part, int parts) {
-  const std::int64_t n = all.end - all.begin;
-  return {all.begin + int(n * part / parts), all.begin + int(n * (part + 1) / parts)};
+  const unsigned n = unsigned(all.end - all.begin);
+  return {all.begin + int(n * unsigned(part) / unsigned(parts)), all.begin + int(n * unsigned(part + 1) / unsigned(parts))};
 }
 
 __device__ Rows my_rows(int rows) { return share({0, rows}, blockIdx.x, gridDim.x); }
@@ -261,37 +264,37 @@ struct Ring {
 };
 
 __device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring) {
-  return int(ring.slot_bytes / (std::uint32_t(m.cols) * sizeof(float)));
+  return int(ring.slot_bytes / (std::uint32_t(m.cols) * std::uint32_t(sizeof(float))));  // 32-bit, as share()
 }
 
-// The producer: this block's rows of m into the ring, piece by piece.
+// The producer: `rows` rows of m from row `first` into the ring's next slot, once the slot's last
+// piece has been read (`empty`); the copy completes the slot's `full` when it has landed.
+__device__ void send_piece(Ring& ring, const Matrix& m, int first, int rows) {
+  const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
+  if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);
+  const std::uint32_t bytes = std::uint32_t(rows) * std::uint32_t(m.cols) * std::uint32_t(sizeof(float));
+  bulk::arrive_expecting(ring.full + slot, bytes);
+  bulk::bulk_copy(ring.slots + std::size_t(slot) * ring.slot_bytes, m.rows + std::size_t(first) * std::size_t(m.cols),
+                  bytes, ring.full + slot);
+  ++ring.next;
+}
+
+// This block's rows of m into the ring, piece by piece.
 __device__ void send_rows(Ring& ring, const Matrix& m) {
   const Rows rows = my_rows(m.n);
   const int per_piece = rows_per_piece(m, ring);
-  for (int first = rows.begin; first < rows.end; first += per_piece, ++ring.next) {
-    const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
-    if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);  // its last piece has been read
-    const std::uint32_t bytes = std::uint32_t(min(per_piece, rows.end - first)) * std::uint32_t(m.cols) * sizeof(float);
-    bulk::arrive_expecting(ring.full + slot, bytes);
-    bulk::bulk_copy(ring.slots + std::size_t(slot) * ring.slot_bytes, m.rows + std::size_t(first) * std::size_t(m.cols),
-                    bytes, ring.full + slot);
-  }
+  for (int first = rows.begin; first < rows.end; first += per_piece)
+    send_piece(ring, m, first, min(per_piece, rows.end - first));
 }
 
 // The same for two matrices of one shape, a piece of each in turn (matvec_pair reads them so).
 __device__ void send_rows_pair(Ring& ring, const Matrix& a, const Matrix& b) {
   const Rows rows = my_rows(a.n);
   const int per_piece = rows_per_piece(a, ring);
-  for (int first = rows.begin; first < rows.end; first += per_piece)
-    for (const Matrix* m : {&a, &b}) {
-      const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
-      if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);
-      const std::uint32_t bytes = std::uint32_t(min(per_piece, rows.end - first)) * std::uint32_t(m->cols) * sizeof(float);
-      bulk::arrive_expecting(ring.full + slot, bytes);
-      bulk::bulk_copy(ring.slots + std::size_t(slot) * ring.slot_bytes,
-                      m->rows + std::size_t(first) * std::size_t(m->cols), bytes, ring.full + slot);
-      ++ring.next;
-    }
+  for (int first = rows.begin; first < rows.end; first += per_piece) {
+    send_piece(ring, a, first, min(per_piece, rows.end - first));
+    send_piece(ring, b, first, min(per_piece, rows.end - first));
+  }
 }
 
 // The whole token's weights, in the order step() reads them.
@@ -782,6 +785,11 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
   // advances *pos: so at most dim blocks (and at most what is resident at once: the blocks
   // wait for each other).
   max_blocks_ = std::min(per_sm * prop.multiProcessorCount, c.dim);
+  // The kernel splits rows among blocks in 32-bit arithmetic (share): rows * blocks < 2^32.
+  const std::uint64_t most_rows = std::max({c.vocab_size, c.dim + 2 * c.kv_dim(), c.hidden_dim});
+  if (most_rows * std::uint64_t(max_blocks_) > 0xffffffffu)
+    unsupported(model, "a matrix of " + std::to_string(most_rows) + " rows split among " + std::to_string(max_blocks_) +
+                           " blocks overflows the kernel's 32-bit row arithmetic");
   blocks_ = std::min(prop.multiProcessorCount, max_blocks_);
   // The tagged activations: qkv, att, xa, xb, g; zero = tag 0, which no write carries.
   tagged_words_ = std::size_t(c.dim + 2 * c.kv_dim()) + 3 * std::size_t(c.dim) + std::size_t(c.hidden_dim);
