@@ -144,6 +144,16 @@ std::vector<std::vector<float>> persistent_logits(ch08::GpuDecoder& dec, const s
   return rows;
 }
 
+// The first (position, logit) where two runs' logits differ in any bit (a NaN's too); none when
+// every bit is the same.
+std::optional<std::pair<std::size_t, std::size_t>> first_bit_difference(const std::vector<std::vector<float>>& got,
+                                                                        const std::vector<std::vector<float>>& want) {
+  for (std::size_t pos = 0; pos < want.size(); ++pos)
+    for (std::size_t i = 0; i < want[pos].size(); ++i)
+      if (std::memcmp(&got[pos][i], &want[pos][i], sizeof(float)) != 0) return std::make_pair(pos, i);
+  return std::nullopt;
+}
+
 }  // namespace
 
 TEST_CASE("persistent step: teacher-forced logits match the CPU engine (synthetic small, both plans, every grid)") {
@@ -232,13 +242,16 @@ TEST_CASE("persistent step: the grid plan's logits are the same bit for bit what
   const auto want = persistent_logits(dec, tokens, 0);
   for (int blocks : {1, 2, 5, 0}) {
     const auto got = persistent_logits(dec, tokens, blocks);
-    for (std::size_t pos = 0; pos < tokens.size(); ++pos)
-      for (std::size_t i = 0; i < want[pos].size(); ++i)
-        if (std::memcmp(&got[pos][i], &want[pos][i], sizeof(float)) != 0)
-          FAIL("ch08 persistent step: with " << blocks << " block(s) (0 = one per SM) logit " << i << " at position "
-               << pos << " is " << got[pos][i] << ", with one block per SM " << want[pos][i]
-               << ". Every sum has one fixed order, so the grid must not change a bit: a stage read data "
-                  "before its writer wrote it, or shared memory was overwritten while another warp still read it");
+    REQUIRE(got.size() == want.size());
+    const auto differs = first_bit_difference(got, want);
+    CHECK_MESSAGE(!differs, "ch08 persistent step: with "
+                                << blocks << " block(s) (0 = one per SM) logit " << (differs ? differs->second : 0)
+                                << " at position " << (differs ? differs->first : 0) << " is "
+                                << (differs ? got[differs->first][differs->second] : 0.0f) << ", with one block per SM "
+                                << (differs ? want[differs->first][differs->second] : 0.0f)
+                                << ". Every sum has one fixed order, so the grid must not change a bit: a stage read "
+                                   "data before its writer wrote it, or shared memory was overwritten while another "
+                                   "warp still read it");
   }
 }
 
