@@ -27,6 +27,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -144,14 +145,19 @@ std::vector<std::vector<float>> persistent_logits(ch08::GpuDecoder& dec, const s
   return rows;
 }
 
-// The first (position, logit) where two runs' logits differ in any bit (a NaN's too); none when
-// every bit is the same.
-std::optional<std::pair<std::size_t, std::size_t>> first_bit_difference(const std::vector<std::vector<float>>& got,
-                                                                        const std::vector<std::vector<float>>& want) {
+// Where the first logit of `got` differs from `want` in any bit (a NaN's too), with both
+// values; empty when every bit is the same.
+std::string first_bit_difference(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
   for (std::size_t pos = 0; pos < want.size(); ++pos)
     for (std::size_t i = 0; i < want[pos].size(); ++i)
-      if (std::memcmp(&got[pos][i], &want[pos][i], sizeof(float)) != 0) return std::make_pair(pos, i);
-  return std::nullopt;
+      if (std::memcmp(&got[pos][i], &want[pos][i], sizeof(float)) != 0) {
+        std::ostringstream where;
+        where.precision(std::numeric_limits<float>::max_digits10);  // one ulp apart must read apart
+        where << "logit " << i << " at position " << pos << " is " << got[pos][i] << ", with one block per SM "
+              << want[pos][i];
+        return where.str();
+      }
+  return {};
 }
 
 }  // namespace
@@ -243,15 +249,12 @@ TEST_CASE("persistent step: the grid plan's logits are the same bit for bit what
   for (int blocks : {1, 2, 5, 0}) {
     const auto got = persistent_logits(dec, tokens, blocks);
     REQUIRE(got.size() == want.size());
-    const auto differs = first_bit_difference(got, want);
-    CHECK_MESSAGE(!differs, "ch08 persistent step: with "
-                                << blocks << " block(s) (0 = one per SM) logit " << (differs ? differs->second : 0)
-                                << " at position " << (differs ? differs->first : 0) << " is "
-                                << (differs ? got[differs->first][differs->second] : 0.0f) << ", with one block per SM "
-                                << (differs ? want[differs->first][differs->second] : 0.0f)
-                                << ". Every sum has one fixed order, so the grid must not change a bit: a stage read "
-                                   "data before its writer wrote it, or shared memory was overwritten while another "
-                                   "warp still read it");
+    const std::string differs = first_bit_difference(got, want);
+    CHECK_MESSAGE(differs.empty(), "ch08 persistent step: with "
+                                       << blocks << " block(s) (0 = one per SM) " << differs
+                                       << ". Every sum has one fixed order, so the grid must not change a bit: a "
+                                          "stage read data before its writer wrote it, or shared memory was "
+                                          "overwritten while another warp still read it");
   }
 }
 
