@@ -170,13 +170,18 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ---- The weight stream --------------------------------------------------------------------
 // Every block reads its rows of each matrix once per token, in the stages' order, which never
-// depends on the activations. So the weights need not wait for the activations at all:
-//   - each block asks L2 for its rows two stages ahead (one bulk prefetch instruction per 4 KB,
-//     no waiting; the classifier, too large for L2 at once, its first chunk only), and
-//   - the block's producer warp copies them on, piece by piece, into a ring of shared-memory
-//     slots ("The weight ring" below), as far ahead as the ring holds.
+// depends on the activations. So the weights need not wait for the activations at all. The
+// block's producer warp does all of it:
+//   - it asks L2 for the block's rows of the stage kPrefetchAhead after the one it is copying
+//     (one bulk prefetch instruction per 4 KB, no waiting; the classifier, too large for L2 at
+//     once, its first chunk only), and
+//   - its first thread copies them on, piece by piece, into a ring of shared-memory slots ("The
+//     weight ring" below), as far ahead as the ring holds.
 // So when a stage's input arrives, its weights are normally in shared memory already, and the
-// stage's arithmetic does not wait for round trips to L2.
+// stage's arithmetic does not wait for round trips to L2. The computing warps issue no
+// prefetch: when they did, at the start of each stage, a per-stage trace on the H200 showed them
+// spending a visible part of the stage in those instructions (they go to the copy unit that the
+// ring's copies keep busy), and the tokens per second rose when the producer took them over.
 
 struct Matrix {
   const float* rows;  // [n][cols]
@@ -185,6 +190,7 @@ struct Matrix {
 
 constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
 constexpr int kClassifierChunk = 128;           // classifier rows per block asked of L2 ahead
+constexpr int kPrefetchAhead = 2;               // stages from the one sent to the one asked of L2
 
 // Hopper's bulk prefetch: L2 fetches `bytes` at `src` (16-byte aligned, a multiple of 16); the
 // thread does not wait, and nothing tells when it is done.
@@ -192,11 +198,11 @@ __device__ __forceinline__ void prefetch_l2(const void* src, std::uint32_t bytes
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
-// Asks L2 for `bytes` from `src` (16-byte aligned, a multiple of 16), the block's threads
+// Asks L2 for `bytes` from `src` (16-byte aligned, a multiple of 16), the producer warp's lanes
 // issuing its 4 KB pieces side by side.
 __device__ void prefetch_bytes(const float* src, std::size_t bytes) {
   const char* base = reinterpret_cast<const char*>(src);
-  for (std::size_t at = std::size_t(threadIdx.x) * kPrefetchPiece; at < bytes; at += std::size_t(kThreads) * kPrefetchPiece)
+  for (std::size_t at = std::size_t(threadIdx.x % 32) * kPrefetchPiece; at < bytes; at += 32 * std::size_t(kPrefetchPiece))
     prefetch_l2(base + at, std::uint32_t(bytes - at < kPrefetchPiece ? bytes - at : kPrefetchPiece));
 }
 
@@ -220,27 +226,35 @@ __device__ Matrix w3_of(const Params& p, int l) {
 __device__ Matrix w2_of(const Params& p, int l) { return {p.w.w2 + std::size_t(l) * p.dim * p.hidden, p.dim, p.hidden}; }
 __device__ Matrix classifier_of(const Params& p) { return {p.w.classifier, p.vocab, p.dim}; }
 
-// The matvec stages in order: 4 per layer (Wqkv, Wo, W1 + W3, W2), then the classifier (its
-// first chunk here; the rest as its stage goes).
-__device__ void prefetch_stage(const Params& p, int stage) {
-  const int last = 4 * p.n_layers;
-  if (stage > last) return;
-  if (stage == last) {
-    const Rows r = my_rows(p.vocab);
-    prefetch_rows(classifier_of(p), r.begin, min(r.end, r.begin + kClassifierChunk));
-    return;
-  }
+// The matvec stages in order: 4 per layer (Wqkv, Wo, W1 with W3, W2), then the classifier. A
+// stage reads one matrix, or two of one shape, a piece of each in turn (W1 and W3: the pair).
+struct Stage {
+  Matrix a, b;
+  bool pair;
+};
+
+__device__ int stage_count(const Params& p) { return 4 * p.n_layers + 1; }
+
+__device__ Stage stage_of(const Params& p, int stage) {
   const int l = stage / 4;
-  const auto mine = [&](const Matrix& m) {
-    const Rows r = my_rows(m.n);
-    prefetch_rows(m, r.begin, r.end);
-  };
+  if (stage == 4 * p.n_layers) return {classifier_of(p), {}, false};
   switch (stage % 4) {
-    case 0: mine(wqkv_of(p, l)); break;
-    case 1: mine(wo_of(p, l)); break;
-    case 2: mine(w1_of(p, l)); mine(w3_of(p, l)); break;
-    default: mine(w2_of(p, l)); break;
+    case 0: return {wqkv_of(p, l), {}, false};
+    case 1: return {wo_of(p, l), {}, false};
+    case 2: return {w1_of(p, l), w3_of(p, l), true};
+    default: return {w2_of(p, l), {}, false};
   }
+}
+
+// This block's rows of a stage, asked of L2 by the producer warp's lanes (the classifier, too
+// large for L2 at once: its first chunk; the rest comes as the ring copies it).
+__device__ void prefetch_stage(const Params& p, int stage) {
+  if (stage >= stage_count(p)) return;
+  const Stage st = stage_of(p, stage);
+  const Rows r = my_rows(st.a.n);
+  const int last = stage == stage_count(p) - 1 ? min(r.end, r.begin + kClassifierChunk) : r.end;
+  prefetch_rows(st.a, r.begin, last);
+  if (st.pair) prefetch_rows(st.b, r.begin, last);
 }
 
 // ---- The weight ring ------------------------------------------------------------------------
@@ -297,15 +311,23 @@ __device__ void send_rows_pair(Ring& ring, const Matrix& a, const Matrix& b) {
   }
 }
 
-// The whole token's weights, in the order step() reads them.
+// The whole token's weights, in the order step() reads them, by the producer warp: its first
+// thread copies each stage into the ring; once a stage is all sent, the warp asks L2 for the
+// stage kPrefetchAhead after it. (The lanes meet first: the others must not run ahead while
+// the first waits for free slots.)
 __device__ void stream_weights(const Params& p, Ring ring) {
-  for (int l = 0; l < p.n_layers; ++l) {
-    send_rows(ring, wqkv_of(p, l));
-    send_rows(ring, wo_of(p, l));
-    send_rows_pair(ring, w1_of(p, l), w3_of(p, l));
-    send_rows(ring, w2_of(p, l));
+  for (int stage = 0; stage < kPrefetchAhead; ++stage) prefetch_stage(p, stage);
+  for (int stage = 0; stage < stage_count(p); ++stage) {
+    if (threadIdx.x % 32 == 0) {
+      const Stage st = stage_of(p, stage);
+      if (st.pair)
+        send_rows_pair(ring, st.a, st.b);
+      else
+        send_rows(ring, st.a);
+    }
+    __syncwarp();
+    prefetch_stage(p, stage + kPrefetchAhead);
   }
-  send_rows(ring, classifier_of(p));
 }
 
 // One row (shared memory) times vec (shared memory), by a warp: lane l adds the products of the
@@ -593,8 +615,8 @@ __device__ __forceinline__ std::uint32_t layer_tag(const Params& p, int layer) {
   return p.launch * std::uint32_t(p.n_layers) + std::uint32_t(layer) + 1u;
 }
 
-// The stages, each waiting only for the tagged values it reads; at its start each asks L2 for
-// the weights of the stage two ahead:
+// The stages, each waiting only for the tagged values it reads (their weights come through the
+// ring):
 //   A: xb (the last layer's output; layer 0: the embedding row) -> RMSNorm -> Wqkv -> qkv
 //   B: q, k, v of a head -> RoPE, append, attention -> att          (blocks < n_heads)
 //   C: att -> Wo, + the residual xb -> xa
@@ -609,14 +631,11 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
   const float nan = __int_as_float(0x7fc00000);  // an unknown token: the mistake shows in the logits
   const Rows mine = my_rows(dim);      // the residual rows this block's Wo and W2 stages write
   NormWeights norm;
-  prefetch_stage(p, 0);
-  prefetch_stage(p, 1);
 
   for (int l = 0; l < p.n_layers; ++l) {
     const std::uint32_t tag = layer_tag(p, l), before = tag - 1;  // before: the last layer's xb
     const std::size_t L = std::size_t(l);
     // A: qkv = Wqkv RMSNorm(x)
-    prefetch_stage(p, 4 * l + 2);
     // The history of the block's first head (the bench's grid has one head per head block).
     const int copied = blockIdx.x < p.n_heads ? copy_history(p, s, l, blockIdx.x, pos) : 0;
     load_norm(norm, p.w.rms_att + L * dim, dim);
@@ -633,7 +652,6 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     for (int h = blockIdx.x; h < p.n_heads; h += gridDim.x)
       attention_head(p, s, l, h, pos, tag, h == int(blockIdx.x) ? copied : 0);
     // C: xa = x + Wo att (x: the residual rows; layer 0's came with the embedding row)
-    prefetch_stage(p, 4 * l + 3);
     if (l > 0)
       for (int j = tid; j < mine.end - mine.begin; j += kThreads)
         s.res[j] = tagged::await(p.act.xb + mine.begin + j, before, p.poll_sleep_ns);
@@ -641,14 +659,12 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     block_sync();
     matvec(ring, wo_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.xa + r, s.res[r - mine.begin] + d, tag); });
     // D: g = swiglu(W1 h, W3 h) for this block's hidden units, h = RMSNorm(xa)
-    prefetch_stage(p, 4 * l + 4);
     load_norm(norm, p.w.rms_ffn + L * dim, dim);
     await_vector(p.act.xa, dim, tag, s.vec, p);
     rmsnorm_in_place(s.vec, dim, norm, s.red);
     matvec_pair(ring, w1_of(p, l), w3_of(p, l), s.vec,
                 [&](int j, float gate, float up) { tagged::publish(p.act.g + j, swiglu(gate, up), tag); });
     // E: xb = xa + W2 g
-    prefetch_stage(p, 4 * l + 5);
     for (int j = tid; j < mine.end - mine.begin; j += kThreads)
       s.res[j] = tagged::await(p.act.xa + mine.begin + j, tag, p.poll_sleep_ns);
     await_vector(p.act.g, hidden, tag, s.vec, p);
@@ -664,8 +680,8 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
   if (blockIdx.x == 0 && tid == 0) *p.io.pos = pos + 1;
 }
 
-// Warps 0..kWarps-1 compute (step); the last warp's first thread streams the weights into the
-// ring (stream_weights). The rest of that warp has nothing to do.
+// Warps 0..kWarps-1 compute (step); the last warp streams the weights (stream_weights): its
+// lanes ask L2 for them ahead, and its first thread copies them into the ring.
 __global__ void __launch_bounds__(kBlockThreads, 1) persistent_step_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) unsigned char shared[];
@@ -680,7 +696,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) persistent_step_kernel(const
   }
   __syncthreads();  // the barriers are ready (the last time all the block's warps meet)
   if (threadIdx.x >= kThreads) {
-    if (threadIdx.x == kThreads) stream_weights(p, ring);
+    stream_weights(p, ring);
     return;
   }
   step(p, s, ring);

@@ -13,10 +13,10 @@
 //     waits for exactly the values it needs. No grid barrier: a block starts a stage as soon
 //     as its own input exists.
 //   - Each block owns a contiguous range of rows of every matrix, so the weights it will read
-//     never depend on the activations: it asks L2 for its rows two stages ahead (bulk prefetch
-//     instructions, no waiting), and its producer warp copies them on into a ring of shared-
+//     never depend on the activations: its producer warp copies them into a ring of shared-
 //     memory slots (Hopper's bulk copies, each landing on an mbarrier), as far ahead as the
-//     ring holds. When a stage's input arrives its weights are already in shared memory, and
+//     ring holds, and asks L2 for its rows two stages beyond the one it sends (bulk prefetch
+//     instructions, no waiting). When a stage's input arrives its weights are already in shared memory, and
 //     its warps read them a row per warp. The device memory works on the next stages while
 //     the blocks wait for their inputs.
 //   - RMSNorm is recomputed by every block from the whole residual stream (a few kilobytes),

@@ -45,27 +45,31 @@ __device__ __forceinline__ float await(const std::uint64_t* slot, std::uint32_t 
 }
 
 // dst[i] = the value of src[i] once it carries `tag`, for i < n; thread t of `threads` takes
-// i = t, t + threads, ... Eight loads are issued before the first is looked at, so the common
-// case (every value already there) costs one round trip per eight values a thread reads.
+// i = t, t + threads, ..., a batch of eight at a time. Each poll loads every value of the batch
+// not yet seen, all before any is looked at: one round trip per poll, however many are
+// missing. (Polling them one after the other costs a round trip per value after the last one
+// is written: when a block waits long, the words it loaded first are all stale.)
 template <int threads>
 __device__ void await_vector(const std::uint64_t* src, int n, std::uint32_t tag, float* dst, unsigned sleep_ns) {
   constexpr int kBatch = 8;
   for (int first = int(threadIdx.x); first < n; first += threads * kBatch) {
-    std::uint64_t words[kBatch];
+    unsigned missing = 0;  // bit k: value first + k * threads, not yet seen with its tag
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const int i = first + k * threads;
-      words[k] = i < n ? load(src + i) : 0;
-    }
+    for (int k = 0; k < kBatch; ++k)
+      if (first + k * threads < n) missing |= 1u << k;
+    for (;;) {
+      std::uint64_t words[kBatch];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const int i = first + k * threads;
-      if (i >= n) break;
-      while (!has_tag(words[k], tag)) {
-        __nanosleep(sleep_ns);
-        words[k] = load(src + i);
-      }
-      dst[i] = value_of(words[k]);
+      for (int k = 0; k < kBatch; ++k)
+        if (missing >> k & 1u) words[k] = load(src + first + k * threads);
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if ((missing >> k & 1u) && has_tag(words[k], tag)) {
+          dst[first + k * threads] = value_of(words[k]);
+          missing &= ~(1u << k);
+        }
+      if (missing == 0) break;
+      __nanosleep(sleep_ns);
     }
   }
 }
