@@ -28,6 +28,7 @@
 
 #include "bulk_copy.cuh"
 #include "gpu_decoder.hpp"
+#include "greedy_pick.cuh"
 #include "persistent_step.hpp"
 #include "wb/check.hpp"
 
@@ -35,6 +36,7 @@ namespace ch08 {
 namespace {
 
 namespace cg = cooperative_groups;
+using greedy::Pick;
 
 constexpr int kThreads = 256;  // 8 warps per block
 constexpr int kWarps = kThreads / 32;
@@ -127,14 +129,6 @@ __host__ __device__ inline Layout layout_for(const Params& p) {
   l.total = at;
   return l;
 }
-
-// Greedy decoding's pick among some logits: the largest (the lowest index among equal ones),
-// and whether any was NaN or +inf (then there is no pick: chapter 07's greedy rule).
-struct Pick {
-  float value;
-  int index;  // -1: none yet
-  int bad;
-};
 
 struct Shared {
   float *x, *xn, *qkv, *att, *part, *att_parts, *ffn_parts, *h13, *g, *partial, *red, *logits, *keys, *values,
@@ -507,50 +501,34 @@ __device__ void ffn_stage(const Params& p, const Shared& s, const cg::cluster_gr
 // ---- Greedy decoding's token -----------------------------------------------------------------
 // The decoder's greedy loop needs only the argmax of the logits, so this step picks it itself
 // and the sampler's launch is skipped (GpuDecoder::decode): each block over its rows of the
-// classifier, then block 0 over the blocks, in block order. Chapter 07's greedy kernel's rule:
-// the largest logit, the lowest index among equal ones, and token -1 when a logit is NaN or
-// +inf or all are -inf.
-
-__device__ Pick better(Pick a, Pick b) {
-  const bool take_b = b.index >= 0 && (a.index < 0 || b.value > a.value || (b.value == a.value && b.index < a.index));
-  Pick out = take_b ? b : a;
-  out.bad = a.bad | b.bad;
-  return out;
-}
-
-__device__ Pick warp_pick(Pick p) {
-  for (int o = 1; o < 32; o <<= 1) {
-    const Pick q{__shfl_xor_sync(0xffffffffu, p.value, o), __shfl_xor_sync(0xffffffffu, p.index, o),
-                 __shfl_xor_sync(0xffffffffu, p.bad, o)};
-    p = better(p, q);
-  }
-  return p;
-}
+// classifier, then block 0 over the blocks, in block order (greedy_pick.cuh: chapter 07's
+// greedy rule).
 
 // s.logits holds this block's rows [rows.begin, rows.end): copies them to the decoder's logits,
-// and writes *token = the pick over every block's.
+// and writes *token = the pick over every block's (and the host's slot io.token_home[pos]).
 __device__ void publish_logits_and_pick(const Params& p, const Shared& s, const cg::cluster_group& cluster,
-                                        int rank, Rows rows) {
-  Pick mine{-INFINITY, -1, 0};
+                                        int rank, Rows rows, int pos) {
+  Pick mine = greedy::none();
   for (int i = threadIdx.x; i < rows.count(); i += kThreads) {  // increasing index per thread
     const float v = s.logits[i];
     p.io.logits[rows.begin + i] = v;
-    mine.bad |= !(v < INFINITY);
-    if (v > mine.value) mine = Pick{v, rows.begin + i, mine.bad};
+    mine = greedy::consider(mine, rows.begin + i, v);
   }
-  mine = warp_pick(mine);
+  mine = greedy::warp_pick(mine);
   if (threadIdx.x % 32 == 0) s.picks[threadIdx.x / 32] = mine;
   __syncthreads();
   if (threadIdx.x == 0) {
     Pick block = s.picks[0];
-    for (int w = 1; w < kWarps; ++w) block = better(block, s.picks[w]);
+    for (int w = 1; w < kWarps; ++w) block = greedy::better(block, s.picks[w]);
     cluster.map_shared_rank(s.picks, 0)[kWarps + rank] = block;  // block 0's slot for this block
   }
   cluster.sync();
   if (rank == 0 && threadIdx.x == 0) {
     Pick all = s.picks[kWarps];
-    for (int b = 1; b < p.blocks; ++b) all = better(all, s.picks[kWarps + b]);
-    *p.io.token = all.bad || all.index < 0 ? -1 : all.index;
+    for (int b = 1; b < p.blocks; ++b) all = greedy::better(all, s.picks[kWarps + b]);
+    const int token = greedy::token_of(all);
+    *p.io.token = token;
+    if (p.io.token_home) p.io.token_home[pos] = token;  // straight into the host's pinned slot
   }
 }
 
@@ -595,7 +573,7 @@ __device__ void step(const Params& p, const Shared& s) {
   bulk::wait(classifier_weights(p, s), 0);
   const Rows vocab = share(p.vocab, rank, p.blocks);
   matvec(s.weights + s.at.classifier, vocab.count(), dim, s.xn, s.logits);
-  publish_logits_and_pick(p, s, cluster, rank, vocab);
+  publish_logits_and_pick(p, s, cluster, rank, vocab, pos);
   // Every block read *pos and *token before the first cluster barrier.
   if (rank == 0 && tid == 0) *p.io.pos = pos + 1;
 }

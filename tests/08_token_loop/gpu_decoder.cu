@@ -264,7 +264,8 @@ GpuDecoder::GpuDecoder(const GpuModel& model) : model_(model) {
     b_->confidence = b_->alloc<float>(1);
     b_->pos = b_->alloc<int>(1);
     b_->token = b_->alloc<int>(1);
-    WB_CUDA(cudaMallocHost(&b_->host_tokens, std::size_t(c.seq_len) * sizeof(int)));
+    // Mapped: the persistent step writes its greedy pick straight into its slot (send_token_home).
+    WB_CUDA(cudaHostAlloc(&b_->host_tokens, std::size_t(c.seq_len) * sizeof(int), cudaHostAllocMapped));
     for (cudaEvent_t& e : b_->token_home) WB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     WB_CUDA(cudaMallocHost(&b_->host_prompt, std::size_t(c.seq_len) * sizeof(int)));
     // Our own stream; non-blocking, so nothing on the legacy default stream serializes with
@@ -278,6 +279,7 @@ GpuDecoder::GpuDecoder(const GpuModel& model) : model_(model) {
     io.value_cache = b_->value_cache;
     io.pos = b_->pos;
     io.token = b_->token;
+    WB_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&io.token_home), b_->host_tokens, 0));
     try {
       persistent_ = std::make_unique<PersistentStep>(model, io);
     } catch (const std::invalid_argument& e) {
@@ -439,8 +441,8 @@ void GpuDecoder::enqueue_sample(const ch07::SamplingParams& sampling) {
 }
 
 // Greedy decoding (chapter 07's rule 1: temperature 0, or top-k 1) needs only the logits'
-// argmax; the persistent step's cluster plan picks it itself and writes it into *token, so
-// the sampler's launch is skipped then (same token: its tests compare the greedy tokens).
+// argmax; the persistent step (either plan) picks it itself and writes it into *token, so the
+// sampler's launch is skipped then (same rule: its tests check the pick against chapter 07's).
 bool GpuDecoder::step_picked_token(const ch07::SamplingParams& sampling) const {
   return ch07::is_greedy(sampling) && mode_ == StepMode::Persistent && persistent_->picks_greedy_token();
 }
@@ -468,8 +470,16 @@ std::vector<float> GpuDecoder::forward_logits(int token) {
   return logits;
 }
 
-void GpuDecoder::send_token_home(int pos) {
-  WB_CUDA(cudaMemcpyAsync(b_->host_tokens + pos, b_->token, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+int GpuDecoder::token_on_device() {
+  int token = 0;
+  WB_CUDA(cudaMemcpyAsync(&token, b_->token, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  return token;
+}
+
+void GpuDecoder::send_token_home(int pos, bool step_wrote_it) {
+  if (!step_wrote_it)
+    WB_CUDA(cudaMemcpyAsync(b_->host_tokens + pos, b_->token, sizeof(int), cudaMemcpyDeviceToHost, stream_));
   WB_CUDA(cudaEventRecord(b_->token_home[pos % 2], stream_));
 }
 
@@ -509,7 +519,7 @@ int GpuDecoder::decode(std::span<const int> prompt, int steps, const ch07::Sampl
         enqueue_sample(p);            // writes *token, where the next step reads it on the device
         host_launches += sampler_nodes_;
       }
-      send_token_home(pos);
+      send_token_home(pos, step_picked_token(sampling));
     }
     // Step pos is enqueued: now the host looks at the token of the step before it, except
     // after the first step, whose own token it waits for (no lag: see generate()).

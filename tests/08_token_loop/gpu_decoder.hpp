@@ -30,6 +30,9 @@
 //     and of the sampler by capturing each into a throwaway graph (plain CUDA API, not run).
 //   - WB_DEBUG_SYNC=1 (WB_CHECK_LAUNCH synchronizes after every launch) cannot be combined
 //     with Graph mode: a synchronize inside a capture breaks it.
+//   - In greedy decoding the persistent step picks the token itself and writes it into the
+//     pinned slot (host memory mapped into the device's address space): no sampler launch and
+//     no copy between two steps, only the event the host waits on.
 //   - StepMode::Persistent runs the same step as ONE kernel of the decoder's own
 //     (persistent_step.hpp: one block per SM, tagged values between the stages; or, for a
 //     model as small as stories260K, one thread-block cluster: cluster_step.hpp), on the
@@ -143,6 +146,9 @@ class GpuDecoder {
   // it; returns the logits (copied to the host: for tests, not for decoding). A token
   // outside the vocabulary throws std::invalid_argument.
   std::vector<float> forward_logits(int token);
+  // *token as the last forward pass left it: in Persistent mode, the step's own greedy pick of
+  // the next token (PersistentStep::picks_greedy_token). A synchronous 4-byte copy, for tests.
+  int token_on_device();
 
   // Decoding: feeds `prompt` (BOS first, as wb::model::generate does), then samples until
   // `steps` forward passes are done (capped at seq_len) or BOS comes out. Returns every token
@@ -197,7 +203,8 @@ class GpuDecoder {
   // step behind the device; on_token returning false stops it. Returns the passes run.
   int decode(std::span<const int> prompt, int steps, const ch07::SamplingParams& sampling,
              const std::function<bool(int pos, int token)>& on_token);
-  void send_token_home(int pos);           // *d_token -> pinned slot `pos`, then an event (async)
+  // *d_token -> pinned slot `pos` (unless the step wrote it there itself), then an event (async)
+  void send_token_home(int pos, bool step_wrote_it);
   int take_token(int pos);                 // waits for that event, returns the slot's token
   void put_token(int token);               // host -> *d_token (4 bytes, pinned, async)
   // Whether the step itself wrote this sampling's token (greedy, persistent cluster plan).

@@ -14,6 +14,7 @@
 #include "bulk_copy.cuh"
 #include "cluster_step.hpp"
 #include "gpu_decoder.hpp"
+#include "greedy_pick.cuh"
 #include "tagged_values.cuh"
 #include "wb/check.hpp"
 
@@ -51,6 +52,7 @@ struct Params : StepShape {
   // The stages' outputs, tagged (tagged_values.cuh): the persistent step's own buffers.
   struct Activations {
     std::uint64_t *qkv, *att, *xa, *xb, *g;  // dim + 2 kv_dim; dim; dim; dim; hidden
+    std::uint64_t* picks;                    // 2 per block: its greedy pick (pick_token)
   } act;
   std::uint32_t launch;  // counts the launches: the tags' base
   unsigned poll_sleep_ns;
@@ -191,6 +193,7 @@ struct Matrix {
 constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
 constexpr int kClassifierChunk = 128;           // classifier rows per block asked of L2 ahead
 constexpr int kPrefetchAhead = 2;               // stages from the one sent to the one asked of L2
+constexpr std::uint32_t kCopiesInFlight = 3;    // ring copies the producer lets run at once
 
 // Hopper's bulk prefetch: L2 fetches `bytes` at `src` (16-byte aligned, a multiple of 16); the
 // thread does not wait, and nothing tells when it is done.
@@ -282,10 +285,21 @@ __device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring)
 }
 
 // The producer: `rows` rows of m from row `first` into the ring's next slot, once the slot's last
-// piece has been read (`empty`); the copy completes the slot's `full` when it has landed.
+// piece has been read (`empty`) and the copy kCopiesInFlight before it has landed (its `full`);
+// the copy completes the slot's `full` when it has landed.
+//
+// Why so few copies at once, when the ring has kSlots slots: on the H200, bench 08's 110M grid
+// plan decoded faster with at most 3 than with 1, 2, 4, 6 or no limit (interleaved runs; the
+// lesson has the story). Our reading, not measured directly: a copy's 16 KB come back to the SM
+// on the same path as the tagged values a waiting block polls for, and a hand-off is on the
+// step's critical path where a copy, already ahead, is not.
 __device__ void send_piece(Ring& ring, const Matrix& m, int first, int rows) {
   const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
   if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);
+  if (ring.next >= kCopiesInFlight) {
+    const std::uint32_t landed = ring.next - kCopiesInFlight;  // its slot is not reused before this piece's
+    bulk::wait(ring.full + landed % kSlots, (landed / kSlots) & 1u);
+  }
   const std::uint32_t bytes = std::uint32_t(rows) * std::uint32_t(m.cols) * std::uint32_t(sizeof(float));
   bulk::arrive_expecting(ring.full + slot, bytes);
   bulk::bulk_copy(ring.slots + std::size_t(slot) * ring.slot_bytes, m.rows + std::size_t(first) * std::size_t(m.cols),
@@ -607,6 +621,47 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
   block_sync();  // s.q, s.k, s.v, s.partial are the next head's
 }
 
+// ---- Greedy decoding's token ----------------------------------------------------------------
+// The decoder's greedy loop needs only the argmax of the logits, so the step picks it itself and
+// the sampler's launch is skipped (GpuDecoder::decode): each block among its rows of the
+// classifier, published as two tagged values, then block 0 over every block's (greedy_pick.cuh:
+// chapter 07's greedy rule). Any other sampling overwrites *token with the sampler's.
+
+// A pick as two tagged values: the logit, and the row's index (-2: a NaN or +inf was seen).
+__device__ greedy::Pick pick_from(float value, float code_bits) {
+  const int code = __float_as_int(code_bits);
+  return greedy::Pick{value, code >= 0 ? code : -1, code == -2};
+}
+
+// `mine`: lane 0's pick over the rows its warp computed. Block 0 writes *token; it reads the
+// blocks' picks into s.partial (attention's partial sums: free after the last layer).
+__device__ void pick_token(const Params& p, const Shared& s, greedy::Pick mine, int pos, std::uint32_t tag) {
+  static_assert(3 * kWarps <= 32, "the warps' picks go in s.red (32 floats)");
+  greedy::Pick* per_warp = reinterpret_cast<greedy::Pick*>(s.red);
+  mine = greedy::warp_pick(mine);
+  if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = mine;
+  block_sync();
+  if (threadIdx.x == 0) {
+    greedy::Pick block = per_warp[0];
+    for (int w = 1; w < kWarps; ++w) block = greedy::better(block, per_warp[w]);
+    tagged::publish(p.act.picks + 2 * blockIdx.x, block.value, tag);
+    tagged::publish(p.act.picks + 2 * blockIdx.x + 1, __int_as_float(block.bad ? -2 : block.index), tag);
+  }
+  if (blockIdx.x != 0) return;
+  float* picks = s.partial;  // 2 per block (the constructor checks the room)
+  await_vector(p.act.picks, 2 * int(gridDim.x), tag, picks, p);
+  block_sync();
+  if (threadIdx.x >= 32) return;
+  greedy::Pick all = greedy::none();  // better() gives the same pick in any order
+  for (int b = threadIdx.x; b < int(gridDim.x); b += 32) all = greedy::better(all, pick_from(picks[2 * b], picks[2 * b + 1]));
+  all = greedy::warp_pick(all);
+  if (threadIdx.x == 0) {
+    const int token = greedy::token_of(all);
+    *p.io.token = token;
+    if (p.io.token_home) p.io.token_home[pos] = token;  // straight into the host's pinned slot
+  }
+}
+
 // The tag of every value written for `layer` in launch `launch` (tagged_values.cuh): unique
 // until the 32-bit count wraps, after 2^32 / n_layers launches, and until then never 0 (the
 // buffers' first contents). A reader compares tags for equality only, so the wrap is harmless:
@@ -671,12 +726,19 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     block_sync();
     matvec(ring, w2_of(p, l), s.vec, [&](int r, float v) { tagged::publish(p.act.xb + r, s.res[r - mine.begin] + v, tag); });
   }
-  // logits = classifier RMSNorm(xb)
+  // logits = classifier RMSNorm(xb), and greedy decoding's pick of the next token
+  const std::uint32_t last = layer_tag(p, p.n_layers - 1);
   load_norm(norm, p.w.rms_final, dim);
-  await_vector(p.act.xb, dim, layer_tag(p, p.n_layers - 1), s.vec, p);
+  await_vector(p.act.xb, dim, last, s.vec, p);
   rmsnorm_in_place(s.vec, dim, norm, s.red);
-  matvec(ring, classifier_of(p), s.vec, [&](int r, float v) { __stcg(p.io.logits + r, v); });
-  // Every block read *pos before writing its rows of xb, and block 0 has read all of xb.
+  greedy::Pick pick = greedy::none();  // a warp's rows come in increasing order, to its lane 0
+  matvec(ring, classifier_of(p), s.vec, [&](int r, float v) {
+    __stcg(p.io.logits + r, v);
+    pick = greedy::consider(pick, r, v);
+  });
+  pick_token(p, s, pick, pos, last);
+  // Every block read *pos and *token before writing its rows of xb, and block 0 has read all of
+  // xb (and every block's pick).
   if (blockIdx.x == 0 && tid == 0) *p.io.pos = pos + 1;
 }
 
@@ -807,8 +869,13 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
     unsupported(model, "a matrix of " + std::to_string(most_rows) + " rows split among " + std::to_string(max_blocks_) +
                            " blocks overflows the kernel's 32-bit row arithmetic");
   blocks_ = std::min(prop.multiProcessorCount, max_blocks_);
-  // The tagged activations: qkv, att, xa, xb, g; zero = tag 0, which no write carries.
-  tagged_words_ = std::size_t(c.dim + 2 * c.kv_dim()) + 3 * std::size_t(c.dim) + std::size_t(c.hidden_dim);
+  // Block 0 gathers every block's greedy pick (2 floats) into attention's partial sums.
+  if (2 * max_blocks_ > 4 * kThreads)
+    unsupported(model, "the greedy picks of " + std::to_string(max_blocks_) + " blocks are more than block 0 gathers (" +
+                           std::to_string(2 * kThreads) + ")");
+  // The tagged activations: qkv, att, xa, xb, g, the picks; zero = tag 0, which no write carries.
+  tagged_words_ = std::size_t(c.dim + 2 * c.kv_dim()) + 3 * std::size_t(c.dim) + std::size_t(c.hidden_dim) +
+                  2 * std::size_t(max_blocks_);
   WB_CUDA(cudaMalloc(&tagged_, tagged_words_ * sizeof(std::uint64_t)));
   WB_CUDA(cudaMemset(tagged_, 0, tagged_words_ * sizeof(std::uint64_t)));
   // The memset runs on the legacy stream, which the decoder's non-blocking stream does not wait
@@ -868,6 +935,7 @@ void PersistentStep::enqueue(cudaStream_t stream) {
   p.act.xa = p.act.att + c.dim;
   p.act.xb = p.act.xa + c.dim;
   p.act.g = p.act.xb + c.dim;
+  p.act.picks = p.act.g + c.hidden_dim;
   p.launch = launches_;
   p.history_rows = history_rows_;
   cudaLaunchAttribute cooperative{};

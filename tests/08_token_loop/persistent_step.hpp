@@ -25,6 +25,9 @@
 //     attention stage, one block per query head, which copies its head's cache rows into
 //     shared memory at the start of the layer (cp.async, as many as the shared memory left
 //     beside the ring holds), while it computes its share of Wqkv.
+//   - After the classifier the blocks pick greedy decoding's token (greedy_pick.cuh), and
+//     block 0 writes it for the next step and into the host's pinned slot (mapped memory):
+//     between two greedy steps nothing else runs on the stream.
 //
 // Same arithmetic as llama2.c's run.c in fp32, in another order: the logits match the CPU
 // engine within the model tests' tolerance, and they are the same bit for bit whatever the
@@ -84,8 +87,10 @@ struct StepBuffers {
   float* key_cache = nullptr;    // [layer][seq_len][kv_dim]
   float* value_cache = nullptr;
   int* pos = nullptr;            // read, then advanced by the kernel
-  int* token = nullptr;          // the token of this step; the cluster plan writes its greedy pick
-                                 // of the next one there at the end (GpuDecoder::decode)
+  int* token = nullptr;          // the token of this step; both plans write their greedy pick of
+                                 // the next one there at the end (GpuDecoder::decode)
+  int* token_home = nullptr;     // pinned host memory, mapped ([seq_len]; may be null): the pick
+                                 // also goes to [pos], so that no copy brings it home
 };
 
 class PersistentStep {
@@ -121,8 +126,9 @@ class PersistentStep {
   std::size_t shared_bytes() const { return shared_bytes_; }
   int history_rows() const { return history_rows_; }  // cache rows a head block holds in shared memory
   // Whether a launch also writes greedy decoding's next token into *token (the argmax of the
-  // logits, chapter 07's greedy rule): then a greedy decoder needs no sampler launch.
-  bool picks_greedy_token() const { return plan_ == PersistentPlan::Cluster; }
+  // logits, chapter 07's greedy rule: greedy_pick.cuh): then a greedy decoder needs no sampler
+  // launch. Both plans do.
+  bool picks_greedy_token() const { return true; }
 
  private:
   void plan_cluster(int optin);
