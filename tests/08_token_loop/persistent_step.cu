@@ -71,7 +71,7 @@ __host__ __device__ inline std::uint32_t slot_bytes_for(int dim, int hidden) {
 // Byte offsets into the block's dynamic shared memory; the same function on the host (how
 // much to ask for) and on the device (where things are). Every region starts 16-byte aligned.
 struct Layout {
-  std::size_t barriers, ring, vec, res, red, q, k, v, scores, partial, keys, values, total;
+  std::size_t barriers, ring, vec, res, red, q, k, v, rope, scores, partial, keys, values, total;
 };
 
 __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size, int seq_len, int history_rows) {
@@ -90,6 +90,7 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
   l.q = take(std::size_t(head_size));      // attention: rotated q,
   l.k = take(std::size_t(head_size));      // this position's rotated k
   l.v = take(std::size_t(head_size));      // and v,
+  l.rope = take(std::size_t(head_size));   // RoPE's cos, sin of each pair at this position,
   l.scores = take(std::size_t(seq_len));   // the scores, then exp(s - max),
   l.partial = take(4 * kThreads);          // the weighted sum's partial sums,
   l.keys = take(std::size_t(history_rows) * head_size);    // and the head's cache rows
@@ -101,7 +102,7 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
 struct Shared {
   std::uint64_t* barriers;
   unsigned char* ring;
-  float *vec, *res, *red, *q, *k, *v, *scores, *partial, *keys, *values;
+  float *vec, *res, *red, *q, *k, *v, *rope, *scores, *partial, *keys, *values;
 };
 
 __device__ Shared carve(const Params& p, unsigned char* base) {
@@ -115,6 +116,7 @@ __device__ Shared carve(const Params& p, unsigned char* base) {
                 f(l.q),
                 f(l.k),
                 f(l.v),
+                f(l.rope),
                 f(l.scores),
                 f(l.partial),
                 f(l.keys),
@@ -517,10 +519,7 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
   }
   block_sync();
   for (int i = 2 * tid; i < hs; i += 2 * kThreads) {
-    // llama2.c's angle: frequency from the pair's place in its head, in float.
-    const float frequency = 1.0f / powf(10000.0f, float(i) / float(hs));
-    float sn, cs;
-    sincosf(float(pos) * frequency, &sn, &cs);
+    const float cs = s.rope[i], sn = s.rope[i + 1];  // this position's angle (step computed it)
     const float q0 = s.q[i], q1 = s.q[i + 1], k0 = s.k[i], k1 = s.k[i + 1];
     s.q[i] = q0 * cs - q1 * sn;
     s.q[i + 1] = q0 * sn + q1 * cs;
@@ -686,6 +685,13 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
   const float nan = __int_as_float(0x7fc00000);  // an unknown token: the mistake shows in the logits
   const Rows mine = my_rows(dim);      // the residual rows this block's Wo and W2 stages write
   NormWeights norm;
+  // RoPE's angles depend on the position only: computed once per launch, for every layer (the
+  // head blocks' powf and sincosf were on the chain of each layer's attention).
+  for (int i = 2 * tid; i < p.head_size; i += 2 * kThreads) {
+    // llama2.c's angle: frequency from the pair's place in its head, in float.
+    const float frequency = 1.0f / powf(10000.0f, float(i) / float(p.head_size));
+    sincosf(float(pos) * frequency, &s.rope[i + 1], &s.rope[i]);
+  }
 
   for (int l = 0; l < p.n_layers; ++l) {
     const std::uint32_t tag = layer_tag(p, l), before = tag - 1;  // before: the last layer's xb
