@@ -207,7 +207,7 @@ class GpuDecoder {
   void send_token_home(int pos, bool step_wrote_it);
   int take_token(int pos);                 // waits for that event, returns the slot's token
   void put_token(int token);               // host -> *d_token (4 bytes, pinned, async)
-  // Whether the step itself wrote this sampling's token (greedy, persistent cluster plan).
+  // Whether the step itself wrote this sampling's token (greedy decoding, Persistent mode).
   bool step_picked_token(const ch07::SamplingParams& sampling) const;
   const GpuModel& model_;
   Buffers* b_ = nullptr;

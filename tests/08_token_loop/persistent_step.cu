@@ -292,7 +292,7 @@ __device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring)
 //
 // Why so few copies at once, when the ring has kSlots slots: on the H200, bench 08's 110M grid
 // plan decoded faster with at most 3 than with 1, 2, 4, 6 or no limit (interleaved runs; the
-// lesson has the story). Our reading, not measured directly: a copy's 16 KB come back to the SM
+// lesson has the story). Our reading, not measured directly: a copy's bytes come back to the SM
 // on the same path as the tagged values a waiting block polls for, and a hand-off is on the
 // step's critical path where a copy, already ahead, is not.
 __device__ void send_piece(Ring& ring, const Matrix& m, int first, int rows) {
