@@ -59,6 +59,24 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, std::uint3
                : "memory");
 }
 
+// The same, with an L2 cache policy for the bytes read (make it with evict_first below).
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* barrier,
+                                          std::uint64_t l2_policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(barrier)), "l"(l2_policy)
+      : "memory");
+}
+
+// An L2 cache policy for bytes read for the last time: L2 evicts their lines first, before
+// lines that will be read again.
+__device__ __forceinline__ std::uint64_t evict_first() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 // And the small one: 16 bytes from global to shared memory by one thread, which does not wait
 // (cp.async; the thread's cp.async.wait_all waits for its copies). How a block gathers rows
 // that are not contiguous, like a head's rows of the KV cache.

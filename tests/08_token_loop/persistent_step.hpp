@@ -14,9 +14,10 @@
 //     as its own input exists.
 //   - Each block owns a contiguous range of rows of every matrix, so the weights it will read
 //     never depend on the activations: its producer warp copies them into a ring of shared-
-//     memory slots (Hopper's bulk copies, each landing on an mbarrier), as far ahead as the
-//     ring holds, and asks L2 for its rows two stages beyond the one it sends (bulk prefetch
-//     instructions, no waiting). When a stage's input arrives its weights are already in
+//     memory slots (Hopper's bulk copies, each landing on an mbarrier; the weights' last read
+//     in the token, so they mark their L2 lines evict-first), as far ahead as the ring holds,
+//     and asks L2 for its rows two stages beyond the one it sends (bulk prefetch instructions,
+//     no waiting). When a stage's input arrives its weights are already in
 //     shared memory, and its warps read them a row per warp. The device memory works on the next stages while
 //     the blocks wait for their inputs.
 //   - RMSNorm is recomputed by every block from the whole residual stream (a few kilobytes),
