@@ -299,8 +299,8 @@ __device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring)
 // The copy is the weights' last read in the token, so it marks their lines in L2 evict-first:
 // the step streams far more weight bytes through L2 than it holds, and the lines it reads again
 // (the tagged activations every block polls, the KV cache, the next stages' prefetched weights)
-// then stay. On the H200 the 110M grid plan decoded 1% faster so (interleaved runs); evict-first
-// on the prefetches too gained nothing more.
+// then stay. On the H200 this made the 110M grid plan about 1% faster (interleaved runs);
+// evict-first on the prefetches as well gained nothing more.
 __device__ void send_piece(Ring& ring, const Matrix& m, int first, int rows) {
   const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
   if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);

@@ -17,9 +17,9 @@
 //     memory slots (Hopper's bulk copies, each landing on an mbarrier; the weights' last read
 //     in the token, so they mark their L2 lines evict-first), as far ahead as the ring holds,
 //     and asks L2 for its rows two stages beyond the one it sends (bulk prefetch instructions,
-//     no waiting). When a stage's input arrives its weights are already in
-//     shared memory, and its warps read them a row per warp. The device memory works on the next stages while
-//     the blocks wait for their inputs.
+//     no waiting). When a stage's input arrives its weights are already in shared memory, and
+//     its warps read them a row per warp. The device memory works on the next stages while the
+//     blocks wait for their inputs.
 //   - RMSNorm is recomputed by every block from the whole residual stream (a few kilobytes),
 //     so it needs no stage of its own; each block owns the W1 and W3 rows of the same hidden
 //     units, so SwiGLU is the end of its W1|W3 stage; RoPE and the cache append happen in the
