@@ -122,16 +122,13 @@ Model tie_classifier_pairs(const Model& m) {
   return Model(m.config(), std::move(payload), "classifier rows tied in pairs");
 }
 
-// Chapter 07's greedy rule on the host: the largest logit, the lowest index among equal ones;
-// -1 when a logit is NaN or +inf, or every one is -inf.
+// Chapter 07's greedy rule, by chapter 07's CPU sampler: the largest logit, the lowest index
+// among equal ones; -1 when a logit is NaN or +inf, or every one is -inf.
 int greedy_rule(const std::vector<float>& logits) {
-  int best = -1;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (!(logits[i] < std::numeric_limits<float>::infinity())) return -1;
-    if (logits[i] > -std::numeric_limits<float>::infinity() && (best < 0 || logits[i] > logits[std::size_t(best)]))
-      best = int(i);
-  }
-  return best;
+  int token = -1;
+  float confidence = 0.0f;
+  ch07::sample_cpu(logits.data(), 1, int(logits.size()), kGreedy, nullptr, &token, &confidence);
+  return token;
 }
 
 // The Grid plan with every grid of kGrids, then the Cluster plan where a cluster can hold the
