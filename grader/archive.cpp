@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "grader/util.hpp"
@@ -47,6 +48,19 @@ void check_member_name(const std::string& name, const std::string& archive) {
     if (name.compare(pos, end - pos, "..") == 0 && end - pos == 2) refuse("climbs out with '..'");
     pos = end + 1;
   }
+}
+
+std::string member_path(const std::string& name) {
+  std::string path;
+  std::size_t pos = 0;
+  while (pos <= name.size()) {
+    auto end = name.find('/', pos);
+    if (end == std::string::npos) end = name.size();
+    const std::string part = name.substr(pos, end - pos);
+    if (!part.empty() && part != ".") path += (path.empty() ? "" : "/") + part;
+    pos = end + 1;
+  }
+  return path;
 }
 
 namespace {
@@ -104,23 +118,28 @@ class Reader {
   archive* a_;
 };
 
-ArchiveMember member_of(archive_entry* entry) {
-  ArchiveMember m;
+// The member's header, its name checked (InputError) and then made the path it lands at.
+ArchiveMember member_of(archive_entry* entry, const std::string& archive) {
   const char* name = archive_entry_pathname(entry);
-  m.name = name ? name : "";
+  const std::string written = name ? name : "";
+  check_member_name(written, archive);
+  ArchiveMember m;
+  m.name = member_path(written);
   m.size = archive_entry_size_is_set(entry) ? static_cast<std::uint64_t>(std::max<la_int64_t>(0, archive_entry_size(entry))) : 0;
   if (archive_entry_hardlink(entry)) {
     m.type = 'h';
-    return m;
+  } else {
+    switch (archive_entry_filetype(entry)) {
+      case AE_IFREG: m.type = '-'; break;
+      case AE_IFDIR: m.type = 'd'; break;
+      case AE_IFLNK: m.type = 'l'; break;
+      default: m.type = '?';
+    }
   }
-  switch (archive_entry_filetype(entry)) {
-    case AE_IFREG: m.type = '-'; break;
-    case AE_IFDIR: m.type = 'd'; break;
-    case AE_IFLNK: m.type = 'l'; break;
-    default: m.type = '?';
-  }
-  // Directory members end in '/'; their name is checked without it.
-  if (m.type == 'd' && m.name.size() > 1 && m.name.back() == '/') m.name.pop_back();
+  // "." or "./" is the archive's top directory; any other member that names nothing is refused.
+  if (m.name.empty() && m.type != 'd')
+    throw InputError("archive " + archive + " is refused: member '" + printable(written) +
+                     "' names no file; nothing was extracted");
   return m;
 }
 
@@ -151,21 +170,47 @@ std::vector<ArchiveMember> list_archive(const fs::path& archive, const ArchiveLi
     if (members.size() == limits.members)
       throw InputError("archive " + archive.string() + " has more than the " + std::to_string(limits.members) +
                        " members allowed");
-    members.push_back(member_of(entry));
-    check_member_name(members.back().name, archive.string());
+    members.push_back(member_of(entry, archive.string()));
   }
   return members;
 }
 
 namespace {
 
-// Which members to extract: regular files within the size limits; the rest is noted.
-std::set<std::string> choose_members(const std::vector<ArchiveMember>& members, const ArchiveLimits& limits,
-                                     ExtractResult& result) {
-  std::set<std::string> wanted;
+// A file where another member needs a directory ("a" and "a/b.cu") cannot both be extracted:
+// the archive is refused, naming both, before anything is written.
+void refuse_file_directory_clash(const std::vector<ArchiveMember>& members, const std::vector<bool>& chosen,
+                                 const std::string& archive) {
+  std::set<std::string> files;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    if (chosen[i]) files.insert(members[i].name);
+  for (const auto& path : files)
+    for (auto slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1))
+      if (files.count(path.substr(0, slash)))
+        throw InputError("archive " + archive + " is refused: it holds '" + printable(path.substr(0, slash)) +
+                         "' as a file and '" + printable(path) +
+                         "' inside it as a directory; nothing was extracted");
+}
+
+// Which members to extract, by their place in the archive: regular files within the size
+// limits; the rest is noted. A path the archive holds more than once counts once, as its last
+// copy, which is what tar extracts (`tar -rf` appends a newer copy of a file; "./a.cu" and
+// "a.cu" are one path): the earlier copies go into `replaced`, not `skipped`.
+std::vector<bool> choose_members(const std::vector<ArchiveMember>& members, const ArchiveLimits& limits,
+                                 const std::string& archive, ExtractResult& result) {
+  std::map<std::string, std::size_t> last_copy;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    if (members[i].type != 'd') last_copy[members[i].name] = i;
+  std::vector<bool> chosen(members.size(), false);
+  std::set<std::string> replaced;
   std::uint64_t total = 0;
-  for (const auto& m : members) {
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const ArchiveMember& m = members[i];
     if (m.type == 'd') continue;
+    if (last_copy[m.name] != i) {
+      replaced.insert(m.name);
+      continue;
+    }
     if (m.type != '-') {
       result.skipped.emplace_back(m.name, m.type == 'l' || m.type == 'h' ? "a link (links are never extracted)"
                                                                         : "not a regular file");
@@ -180,14 +225,12 @@ std::set<std::string> choose_members(const std::vector<ArchiveMember>& members, 
       result.skipped.emplace_back(m.name, "over the archive's total size limit");
       continue;
     }
-    if (wanted.count(m.name)) {
-      result.skipped.emplace_back(m.name, "a second member with the same name (the first is kept)");
-      continue;
-    }
     total += m.size;
-    wanted.insert(m.name);
+    chosen[i] = true;
   }
-  return wanted;
+  result.replaced.assign(replaced.begin(), replaced.end());
+  refuse_file_directory_clash(members, chosen, archive);
+  return chosen;
 }
 
 // Trust only what is on disk: regular files and directories inside `dest`.
@@ -212,18 +255,19 @@ void collect_extracted(const fs::path& dest, ExtractResult& result) {
 ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ArchiveLimits& limits) {
   const auto members = list_archive(archive, limits);  // every name checked before any write
   ExtractResult result;
-  std::set<std::string> wanted = choose_members(members, limits, result);
+  const std::vector<bool> chosen = choose_members(members, limits, archive.string(), result);
   fs::create_directories(dest);
   if (!fs::is_empty(dest)) throw std::runtime_error("extraction directory " + dest.string() + " is not empty");
-  if (wanted.empty()) return result;
+  if (std::find(chosen.begin(), chosen.end(), true) == chosen.end()) return result;
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                std::chrono::duration<double>(limits.timeout_s));
   Reader reader(archive);
+  std::size_t index = 0;
   while (archive_entry* entry = reader.next()) {
-    const ArchiveMember m = member_of(entry);
-    if (m.type != '-' || !wanted.count(m.name)) continue;
-    wanted.erase(m.name);  // a later member of the same name is not extracted over it
+    if (index >= chosen.size()) break;  // the same file, read again: no more members than listed
+    const ArchiveMember m = member_of(entry, archive.string());
+    if (!chosen[index++] || m.type != '-') continue;
     const int fd = create_member_file(dest, m.name);
     bool fits = false;
     try {

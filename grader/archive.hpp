@@ -4,7 +4,9 @@
 // absolute name or a ".." component rejects the whole archive; only regular files within the
 // size limits are extracted (links, devices and oversized members are listed and skipped),
 // into an empty directory, each file created here with O_EXCL|O_NOFOLLOW, its bytes counted
-// as they are written (a member cannot be larger than it says), within a time limit.
+// as they are written (a member cannot be larger than it says), within a time limit. A path
+// held twice ("./a.cu" and "a.cu", or a copy appended by `tar -rf`) counts as its last copy,
+// as tar extracts it; a file where another member needs a directory refuses the archive.
 // Anything else is "not a valid zip or tar archive".
 #include <cstdint>
 #include <filesystem>
@@ -14,7 +16,7 @@
 namespace wb::grader {
 
 struct ArchiveMember {
-  std::string name;
+  std::string name;        // the path it lands at: member_path of the name the archive writes
   char type = '?';         // '-' file, 'd' directory, 'l' symlink, 'h' hard link, others
   std::uint64_t size = 0;
 };
@@ -30,6 +32,7 @@ struct ArchiveLimits {
 struct ExtractResult {
   std::vector<std::string> extracted;                        // regular files written
   std::vector<std::pair<std::string, std::string>> skipped;  // member, why
+  std::vector<std::string> replaced;  // paths held more than once: their earlier copies were not extracted
 };
 
 bool is_archive_path(const std::filesystem::path& path);
@@ -38,6 +41,9 @@ std::string archive_stem(const std::filesystem::path& path);
 
 // InputError for an absolute name, a ".." component, a backslash or a control character.
 void check_member_name(const std::string& name, const std::string& archive);
+// Where a checked member name lands: "./a//b/" -> "a/b" (no ".", no empty component), so
+// "./a.cu" and "a.cu" are the same file; "." and "./" give "".
+std::string member_path(const std::string& name);
 
 std::vector<ArchiveMember> list_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);
 ExtractResult extract_archive(const std::filesystem::path& archive, const std::filesystem::path& dest,

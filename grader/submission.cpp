@@ -273,6 +273,7 @@ struct Opened {
   fs::path root;
   bool archive = false;
   std::vector<std::pair<std::string, std::string>> skipped_members;  // member, why not extracted
+  std::vector<std::string> replaced_members;  // paths held more than once: the last copy is graded
 };
 
 Opened open_submission(const fs::path& input, const fs::path& work, const GradingLimits& limits) {
@@ -295,6 +296,7 @@ Opened open_submission(const fs::path& input, const fs::path& work, const Gradin
     fs::remove_all(o.root);
     const ExtractResult ex = extract_archive(input, o.root, al);
     o.skipped_members = ex.skipped;
+    o.replaced_members = ex.replaced;
     if (ex.extracted.empty() && ex.skipped.empty())
       throw InputError("submission archive " + input.string() + " is empty");
   } else if (!fs::is_directory(fs::status(input))) {
@@ -493,6 +495,13 @@ void note_skipped_members(PreparedSubmission& s, const Opened& opened) {
     if (listed++ < 20) s.ignored.push_back(name + ": not extracted: " + why);
   if (skipped_members.size() > 20)
     s.ignored.push_back("... and " + std::to_string(skipped_members.size() - 20) + " more archive member(s) not extracted");
+  listed = 0;
+  for (const auto& path : opened.replaced_members)
+    if (listed++ < 20)
+      s.ignored.push_back(path + ": held more than once in the archive; its last copy was extracted, as tar does");
+  if (opened.replaced_members.size() > 20)
+    s.ignored.push_back("... and " + std::to_string(opened.replaced_members.size() - 20) +
+                        " more path(s) held more than once (the last copy of each was extracted)");
 }
 
 }  // namespace

@@ -44,6 +44,15 @@ TEST_CASE("member names: absolute, '..', backslashes and control characters are 
   CHECK_THROWS_AS(check_member_name("a\nb", "a.tar"), InputError);
 }
 
+TEST_CASE("a member lands at its name without '.' and empty components") {
+  CHECK(member_path("chapters/04_x/a.cu") == "chapters/04_x/a.cu");
+  CHECK(member_path("./chapters//04_x/./a.cu") == "chapters/04_x/a.cu");
+  CHECK(member_path("dir/") == "dir");
+  CHECK(member_path("./") == "");
+  CHECK(member_path(".") == "");
+  CHECK(member_path("a..b/.c") == "a..b/.c");  // dots inside a name are part of it
+}
+
 TEST_CASE("the listing names every member with its type; links are recognised") {
   TempDir dir;
   const fs::path tar = make_tar(dir, "l.tar",
@@ -148,4 +157,48 @@ TEST_CASE("zip archives made by the usual tools extract too") {
   REQUIRE(run_process(spec).ok());
   const ExtractResult r = extract_archive(dir / "s.zip", dir / "out", {});
   CHECK(grader_test::read(dir / "out/04_x/a.cu") == "zip content\n");
+}
+
+TEST_CASE("a path held twice is extracted once, from its last copy; the earlier copy is not 'skipped'") {
+  TempDir dir;
+  // A copy appended by `tar -rf`, and the same file spelled "./a.cu" and "a.cu".
+  const fs::path tar = make_tar(dir, "twice.tar",
+                                {{"./", "", '5'},
+                                 {"./04_x/a.cu", "old\n"},
+                                 {"04_x//b.cu", "b1\n"},
+                                 {"04_x/a.cu", "new\n"},
+                                 {"./04_x/./b.cu", "b2\n"},
+                                 {"04_x/a.cu", "newest\n"}});
+  const ExtractResult r = extract_archive(tar, dir / "out", {});
+  CHECK(r.extracted == std::vector<std::string>{"04_x/a.cu", "04_x/b.cu"});
+  CHECK(grader_test::read(dir / "out/04_x/a.cu") == "newest\n");
+  CHECK(grader_test::read(dir / "out/04_x/b.cu") == "b2\n");
+  CHECK(r.replaced == std::vector<std::string>{"04_x/a.cu", "04_x/b.cu"});
+  CHECK(r.skipped.empty());
+
+  // The last copy decides: a file replaced by a link is not extracted at all.
+  const fs::path relinked = make_tar(dir, "relinked.tar", {{"a.cu", "mine"}, {"a.cu", "", '2', "/etc/passwd"}});
+  const ExtractResult l = extract_archive(relinked, dir / "out2", {});
+  CHECK(l.extracted.empty());
+  REQUIRE(l.skipped.size() == 1);
+  CHECK(l.skipped[0].second.find("link") != std::string::npos);
+  CHECK(l.replaced == std::vector<std::string>{"a.cu"});
+}
+
+TEST_CASE("a file where another member needs a directory refuses the archive, naming both") {
+  TempDir dir;
+  const fs::path tar = make_tar(dir, "clash.tar", {{"04_x/a.cu", "x"}, {"04_x", "I am a file"}});
+  const std::size_t before = entries_in(dir.path());
+  try {
+    extract_archive(tar, dir / "out", {});
+    FAIL("expected the archive to be refused");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("'04_x' as a file and '04_x/a.cu' inside it") != std::string::npos);
+    CHECK(what.find("nothing was extracted") != std::string::npos);
+  }
+  CHECK(entries_in(dir.path()) == before);
+
+  const fs::path dot = make_tar(dir, "dot.tar", {{".", "a file named ."}});
+  CHECK_THROWS_WITH_AS(list_archive(dot, {}), doctest::Contains("names no file"), InputError);
 }

@@ -152,6 +152,21 @@ TEST_CASE("an archive submission goes through the same checks") {
   CHECK(any_contains(s.ignored, "test_correctness.cu: modified"));
 }
 
+TEST_CASE("an archive that holds a file twice is graded on its last copy, as tar extracts it") {
+  MiniWorkbook wb;
+  // `tar -rf kim.tar chapters/07_x/k.cu` after an edit appends the new copy; "./" is how
+  // `tar -cf kim.tar .` names every member.
+  write(wb.dir / "kim.tar", grader_test::tar_archive({{"./chapters/07_x/k.cu", "void k() { 1; }\n"},
+                                                       {"./chapters/08_y/y.cu", "void y() { 8; }\n"},
+                                                       {"chapters/07_x/k.cu", "void k() { 2; }\n"}}));
+  const PreparedSubmission s = wb.prepare(wb.dir / "kim.tar");
+  CHECK(s.chapters.at("07").reject_reason.empty());
+  CHECK(s.chapters.at("08").reject_reason.empty());
+  CHECK(grader_test::read(s.student_root / "07_x/k.cu") == "void k() { 2; }\n");
+  CHECK(grader_test::read(s.student_root / "08_y/y.cu") == "void y() { 8; }\n");
+  CHECK(any_contains(s.ignored, "chapters/07_x/k.cu: held more than once in the archive; its last copy"));
+}
+
 TEST_CASE("scan_source: includes that reach outside, the test channel, and notes") {
   auto codes = [](const std::string& text) {
     std::vector<std::string> out;
