@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "grader/chapters.hpp"
 #include "grader/util.hpp"
 
 namespace wb::grader {
@@ -19,18 +20,44 @@ bool excluded_top(const std::string& name) {
          name == ".ipynb_checkpoints" || name == "__pycache__";
 }
 
+// The reference files that chapters build on ("uses" in their manifests), with the
+// directories that hold them: "solutions", "solutions/07_gpu_sampler",
+// "solutions/07_gpu_sampler/sampler_fused.cu", ... Nothing else of solutions/ is copied.
+std::set<std::string> used_reference_paths(const fs::path& src) {
+  std::set<std::string> paths;
+  std::vector<Chapter> chapters;
+  try {
+    chapters = discover_chapters(src);
+  } catch (const InputError&) {
+    return paths;  // a broken manifest is reported where the chapters are read, not here
+  }
+  for (const auto& c : chapters)
+    for (const auto& id : c.uses) {
+      const auto used_it = std::find_if(chapters.begin(), chapters.end(), [&](const Chapter& u) { return u.id == id; });
+      if (used_it == chapters.end()) continue;  // the build says which chapter is missing
+      const Chapter& used = *used_it;
+      paths.insert("solutions");
+      paths.insert("solutions/" + used.slug);
+      for (const auto& f : used.editable) paths.insert("solutions/" + used.slug + "/" + f);
+    }
+  return paths;
+}
+
 }  // namespace
 
 void sync_source_tree(const fs::path& src, const fs::path& dst, const std::vector<fs::path>& exclude) {
   fs::create_directories(dst);
   std::set<std::string> wanted;  // relative paths that belong in dst
+  const std::set<std::string> references = used_reference_paths(src);
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(src, fs::directory_options::skip_permission_denied);
        it != fs::recursive_directory_iterator(); ++it) {
     const fs::path rel = it->path().lexically_relative(src);
     const std::string name = it->path().filename().string();
+    const bool reference = references.count(rel.generic_string()) > 0;
     bool skip = false;
-    if (it.depth() == 0 && excluded_top(name)) skip = true;
+    if (it.depth() == 0 && excluded_top(name) && !reference) skip = true;
+    if (starts_with(rel.generic_string(), "solutions/") && !reference) skip = true;
     if (name == "__pycache__" || name == ".ipynb_checkpoints") skip = true;
     for (const auto& ex : exclude)
       if (!ex.empty() && path_inside(it->path(), ex)) skip = true;
@@ -223,12 +250,17 @@ BuildOutcome build_chapter(const BuildSettings& s, const Chapter& chapter) {
 }
 
 std::vector<NmSymbol> parse_nm(const std::string& output) {
-  // "libch04_student.a[softmax.cu.o]: _Z7softmaxPKfPfii T 0 40"
-  static const std::regex line_re(R"(^[^\[]*\[([^\]]+)\]:\s+(\S+)\s+([A-Za-z?-]))");
+  // "libch04_student.a[softmax.cu.o]: _Z7softmaxPKfPfii T 0 40" (a member of an archive),
+  // "dir/test.cu.o: main T 0 40" (an object), "/lib/libc.so.6: clock_gettime@@GLIBC_2.17 T ..."
+  static const std::regex member_re(R"(^[^\[]*\[([^\]]+)\]:\s+(\S+)\s+([A-Za-z?-]))");
+  static const std::regex file_re(R"(^([^\[\]:]+):\s+(\S+)\s+([A-Za-z?-]))");
   std::vector<NmSymbol> out;
   for (const auto& line : split_lines(output)) {
     std::smatch m;
-    if (std::regex_search(line, m, line_re)) out.push_back({m[1], m[2], m[3].str()[0]});
+    if (!std::regex_search(line, m, member_re) && !std::regex_search(line, m, file_re)) continue;
+    std::string name = m[2];
+    name = name.substr(0, name.find('@'));  // a shared library's symbol version
+    out.push_back({fs::path(m[1].str()).filename().string(), name, m[3].str()[0]});
   }
   return out;
 }
@@ -249,6 +281,31 @@ std::vector<std::string> cross_references(const std::vector<NmSymbol>& symbols,
 }
 
 namespace {
+bool is_definition(char type) { return (std::isupper(static_cast<unsigned char>(type)) && type != 'U') || type == 'u' || type == 'i'; }
+bool is_weak_definition(char type) { return type == 'W' || type == 'V' || type == 'u'; }
+}  // namespace
+
+std::vector<std::string> redefinitions(const std::vector<NmSymbol>& student, const std::vector<NmSymbol>& harness) {
+  std::map<std::string, bool> harness_only_strong;  // name -> every harness definition is strong
+  for (const auto& h : harness)
+    if (is_definition(h.type)) {
+      auto [it, fresh] = harness_only_strong.emplace(h.name, true);
+      it->second = it->second && !is_weak_definition(h.type);
+    }
+  std::set<std::string> hits;
+  for (const auto& s : student) {
+    if (!is_definition(s.type)) continue;
+    const auto it = harness_only_strong.find(s.name);
+    if (it == harness_only_strong.end()) continue;
+    // Both weak: an inline function or a template instantiation that a shared header gives
+    // both sides, the same code. A weak definition against strong ones still replaces them.
+    if (is_weak_definition(s.type) && !it->second) continue;
+    hits.insert(s.name);
+  }
+  return {hits.begin(), hits.end()};
+}
+
+namespace {
 
 // Demangled names, one per symbol (the mangled name when c++filt is not there).
 std::vector<std::string> demangle(const std::vector<std::string>& names) {
@@ -263,6 +320,94 @@ std::vector<std::string> demangle(const std::vector<std::string>& names) {
   auto lines = split_lines(trim(r.output));
   if (!r.ok() || lines.size() != names.size()) return names;
   return lines;
+}
+
+// nm's symbols of `files` (archives, objects; `dynamic`: the exported symbols of shared
+// libraries), in parse_nm's form. Empty when nm is not there.
+std::vector<NmSymbol> nm_symbols(const std::vector<fs::path>& files, bool dynamic = false) {
+  const fs::path nm = find_program("nm");
+  if (nm.empty() || files.empty()) return {};
+  ProcessSpec spec;
+  spec.argv = {nm.string(), "-A", "-P"};
+  if (dynamic) spec.argv.insert(spec.argv.end(), {"-D", "--defined-only"});
+  for (const auto& f : files) spec.argv.push_back(f.string());
+  spec.env = make_environment({}, {"PATH"});
+  spec.limits.timeout_s = 120;
+  spec.limits.output_bytes = 256u << 20;
+  return parse_nm(run_process(spec).output);
+}
+
+// The tests' own code in the build tree, beside the support members of the chapter's library:
+// the chapter's test objects, the workbook's libraries (harness, main, model engine) and the
+// reference libraries of the chapters it uses (not its own: a later chapter's build makes
+// that one, and it defines the chapter's API, as the student's code must).
+std::vector<fs::path> harness_files(const fs::path& build_dir, const Chapter& chapter) {
+  std::vector<fs::path> files;
+  const std::string test_objects = "/CMakeFiles/ch" + chapter.id + "_obj_";
+  std::set<std::string> used_references;
+  for (const auto& id : chapter.uses) used_references.insert("libch" + id + "_reference.a");
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(build_dir, ec); it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    if (it->is_directory() && (name == "bin" || name == "_deps")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    const bool workbook_library = starts_with(name, "libwb_") && ends_with(name, ".a");
+    const bool reference_library = used_references.count(name) > 0;
+    const bool test_object = ends_with(name, ".o") && it->path().generic_string().find(test_objects) != std::string::npos;
+    if (workbook_library || reference_library || test_object) files.push_back(it->path());
+  }
+  return files;
+}
+
+// The shared libraries a built binary needs (readelf's NEEDED entries, found through its
+// RUNPATH and ldconfig's cache), read from its headers: neither the binary nor its loader runs.
+std::vector<fs::path> needed_shared_libraries(const fs::path& binary) {
+  const fs::path readelf = find_program("readelf");
+  if (readelf.empty() || !fs::exists(binary)) return {};
+  ProcessSpec spec;
+  spec.argv = {readelf.string(), "-d", binary.string()};
+  spec.env = make_environment({}, {"PATH"});
+  spec.limits.timeout_s = 30;
+  static const std::regex entry_re(R"(\((NEEDED|RUNPATH|RPATH)\)[^\[]*\[([^\]]*)\])");
+  std::vector<std::string> needed;
+  std::vector<fs::path> dirs;
+  for (const auto& line : split_lines(run_process(spec).output)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, entry_re)) continue;
+    if (m[1] == "NEEDED") {
+      needed.push_back(m[2]);
+      continue;
+    }
+    std::string list = m[2].str() + ":";
+    for (std::size_t start = 0, colon; (colon = list.find(':', start)) != std::string::npos; start = colon + 1) {
+      std::string dir = list.substr(start, colon - start);
+      if (starts_with(dir, "$ORIGIN")) dir = binary.parent_path().string() + dir.substr(7);
+      if (!dir.empty()) dirs.emplace_back(dir);
+    }
+  }
+  std::map<std::string, std::vector<fs::path>> cache;  // "libc.so.6" -> its paths in ldconfig's cache
+  if (const fs::path ldconfig = find_program("ldconfig", {"/sbin", "/usr/sbin"}); !ldconfig.empty()) {
+    ProcessSpec ls;
+    ls.argv = {ldconfig.string(), "-p"};
+    ls.env = make_environment({}, {"PATH"});
+    ls.limits.timeout_s = 30;
+    static const std::regex cache_re(R"(^\s*(\S+) \(.*\) => (\S+)$)");
+    for (const auto& line : split_lines(run_process(ls).output)) {
+      std::smatch m;
+      if (std::regex_search(line, m, cache_re)) cache[m[1]].emplace_back(m[2].str());
+    }
+  }
+  std::vector<fs::path> libraries;
+  for (const auto& name : needed) {
+    for (const auto& dir : dirs)
+      if (fs::exists(dir / name)) libraries.push_back(dir / name);
+    for (const auto& path : cache[name]) libraries.push_back(path);
+  }
+  return libraries;
 }
 
 // "ch00::flush_l2(CUstream_st*)" -> "flush_l2"
@@ -351,14 +496,9 @@ std::vector<Flag> check_student_objects(const BuildSettings& s, const Chapter& c
     if (it->is_directory() && (it->path().filename() == "bin" || it->path().filename() == "_deps"))
       it.disable_recursion_pending();
   }
-  if (!nm.empty() && !lib.empty() && !chapter.support.empty()) {
-    ProcessSpec spec;
-    spec.argv = {nm.string(), "-A", "-P", lib.string()};
-    spec.env = make_environment({}, {"PATH"});
-    spec.limits.timeout_s = 120;
-    spec.limits.output_bytes = 64u << 20;
-    const ProcessResult r = run_process(spec);
-    const auto symbols = parse_nm(r.output);
+  if (nm.empty() || lib.empty()) return flags;
+  const auto symbols = nm_symbols({lib});
+  if (!chapter.support.empty()) {
     for (std::size_t i = 0; i < members.size(); ++i) {
       // Each member on its own, so the message names the file that makes the call.
       std::vector<std::string> others = members;
@@ -376,6 +516,32 @@ std::vector<Flag> check_student_objects(const BuildSettings& s, const Chapter& c
                            "): chapter code must compute the answer itself"});
       break;
     }
+  }
+
+  // 3. What the student objects define that the tests' code, or a shared library the tests
+  //    link, defines too. Linked ahead of them, the student's definition is the one every
+  //    call reaches: a CPU reference or checker that agrees with any answer, a clock or a
+  //    CUDA event timer that runs slow, a main that prints a passing summary.
+  std::vector<NmSymbol> harness = nm_symbols(harness_files(s.build_dir, chapter));
+  for (const auto& sym : symbols)
+    if (std::find(members.begin(), members.end(), sym.member) == members.end()) harness.push_back(sym);
+  const fs::path test_binary = s.build_dir / "bin" / chapter.binary(chapter.kinds().front());
+  const auto shared = nm_symbols(needed_shared_libraries(test_binary), /*dynamic=*/true);
+  harness.insert(harness.end(), shared.begin(), shared.end());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    std::vector<NmSymbol> own;
+    for (const auto& sym : symbols)
+      if (sym.member == members[i]) own.push_back(sym);
+    const auto hits = redefinitions(own, harness);
+    if (hits.empty()) continue;
+    std::vector<std::string> names;
+    for (const auto& d : demangle(hits)) names.push_back(d.substr(0, d.find('(')));  // without the parameters
+    flags.push_back({chapter.id, chapter.editable[i], 0, "replaces_harness", Severity::reject,
+                     "defines " + clip_text(join(names, ", "), 3, 300) +
+                         ", which the tests' own code or a library they link defines too: the tests would "
+                         "call this definition instead of theirs. Chapter code defines only its own functions "
+                         "(the chapter's API and its helpers); give a helper another name, or make it static"});
+    break;
   }
   return flags;
 }

@@ -1,9 +1,10 @@
 #pragma once
 // Building a student's chapters against the pristine workbook: a copy of the instructor's
-// tree (without solutions/), configured with WB_BUILDS=student and WB_STUDENT_ROOT pointing
-// at the taken files, each chapter built on its own so a compile error costs that chapter
-// only. After a build, the chapter's objects are checked: they may not depend on the tests'
-// files (CPU references, harness) nor call functions the tests' support code defines.
+// tree (without solutions/, but for the references later chapters build on), configured with
+// WB_BUILDS=student and WB_STUDENT_ROOT pointing at the taken files, each chapter built on
+// its own so a compile error costs that chapter only. After a build, the chapter's objects
+// are checked: they may not depend on the tests' files (CPU references, harness), call
+// functions the tests' support code defines, nor define what the tests' code defines.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,9 +16,11 @@
 
 namespace wb::grader {
 
-// Mirrors the instructor's tree into `dst`, leaving out solutions/, version control, build
-// directories and `exclude` (the grader's --out). Unchanged files keep their time stamps,
-// so a reused build directory rebuilds nothing that did not change.
+// Mirrors the instructor's tree into `dst`, leaving out solutions/ (all but the reference
+// files that later chapters build on, their manifests' "uses": chapter 08 links chapter 07's
+// reference sampler), version control, build directories and `exclude` (the grader's --out).
+// Unchanged files keep their time stamps, so a reused build directory rebuilds nothing that
+// did not change.
 void sync_source_tree(const std::filesystem::path& src, const std::filesystem::path& dst,
                       const std::vector<std::filesystem::path>& exclude);
 
@@ -62,7 +65,8 @@ bool is_idle_build_line(const std::string& line);
 std::string compile_error_excerpt(const std::string& log, const std::vector<std::filesystem::path>& strip_prefixes);
 
 // Checks the built objects of a chapter's editable files; flags with severity "reject"
-// when they include the tests' files or call what the tests' support code defines.
+// when they include the tests' files, call what the tests' support code defines, or define
+// what the tests' code or the shared libraries they link define (replaces_harness).
 std::vector<Flag> check_student_objects(const BuildSettings& settings, const Chapter& chapter,
                                         const std::vector<std::filesystem::path>& forbidden_dirs);
 
@@ -75,5 +79,9 @@ std::vector<NmSymbol> parse_nm(const std::string& output);
 // Undefined symbols of the student's members that the other members define.
 std::vector<std::string> cross_references(const std::vector<NmSymbol>& symbols,
                                           const std::vector<std::string>& student_members);
+// Names that `student` (the symbols of a student's member) defines and `harness` (the tests'
+// code and the libraries they link) defines too. A strong definition counts; a weak one (an
+// inline function or a template instantiation) only where every harness definition is strong.
+std::vector<std::string> redefinitions(const std::vector<NmSymbol>& student, const std::vector<NmSymbol>& harness);
 
 }  // namespace wb::grader

@@ -79,6 +79,7 @@ Chapter parse_chapter_manifest(const fs::path& manifest) {
   c.editable = get_strings(j, "editable", manifest, true);
   if (c.editable.empty()) throw InputError(manifest.string() + ": \"editable\" is empty");
   c.support = get_strings(j, "support", manifest, false);
+  c.uses = get_strings(j, "uses", manifest, false);
   if (!j.contains("tests") || !j["tests"].is_array() || j["tests"].empty())
     throw InputError(manifest.string() + ": \"tests\" must be a non-empty list");
   for (const auto& t : j["tests"]) {

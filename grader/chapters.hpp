@@ -20,6 +20,9 @@ struct Chapter {
   std::string title;     // "Fused softmax"
   std::vector<std::string> editable;  // relative to chapters/<slug>/
   std::vector<std::string> support;   // relative to tests/<slug>/
+  // Chapters whose reference solution this chapter builds on ("uses": chapter 08 runs on
+  // 01, 03, 06 and 07's references); the build links them (cmake/Workbook.cmake).
+  std::vector<std::string> uses;
   std::vector<ChapterTest> tests;
   std::string bench;     // the bench program's source in tests/<slug>/, "" when none
   // A PyTorch peer script of this chapter's own in notebooks/peers/ ("pytorch_add_norm.py"),

@@ -67,6 +67,7 @@ std::string reason_words(const std::string& reason) {
       {"build_timeout", "the build took too long"},
       {"forbidden_include", "includes a forbidden file"},
       {"calls_reference", "uses the tests' reference code"},
+      {"replaces_harness", "replaces the tests' own code"},
       {"test_channel", "tampers with the test report channel"},
       {"test_harness", "uses the test harness"},
       {"process_group", "escapes the grader's process control"},

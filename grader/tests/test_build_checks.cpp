@@ -85,6 +85,68 @@ TEST_CASE("nm output: the student's undefined symbols that the tests' code defin
   CHECK(cross_references(symbols, {"reference.cpp.o"}).empty());
 }
 
+TEST_CASE("nm output: what the student's members define that the tests' code or a library defines too") {
+  const std::string nm =
+      "libch04_student.a[softmax_fused.cu.o]: _ZN4ch0413softmax_fusedEPKfPfiiP11CUstream_st T 0 40\n"
+      "libch04_student.a[softmax_fused.cu.o]: _ZN4ch049reference13check_softmaxEv T 40 10\n"
+      "libch04_student.a[softmax_fused.cu.o]: _ZNSt6vectorIfSaIfEE17_M_realloc_insertEv W 50 10\n"
+      "libch04_student.a[softmax_fused.cu.o]: _ZN2wb10cuda_checkEv W 60 10\n"
+      "libch04_student.a[softmax_fused.cu.o]: cudaEventElapsedTime T 70 10\n"
+      "libch04_student.a[softmax_fused.cu.o]: clock_gettime W 80 10\n"
+      "libch04_student.a[softmax_fused.cu.o]: local_helper t 90 5\n"
+      "libch04_student.a[softmax_fused.cu.o]: cudaMalloc U\n";
+  const std::string harness_nm =
+      "libch04_student.a[reference.cpp.o]: _ZN4ch049reference13check_softmaxEv T 0 100\n"
+      "libch04_student.a[reference.cpp.o]: _ZNSt6vectorIfSaIfEE17_M_realloc_insertEv W 100 10\n"
+      "tests/CMakeFiles/ch04_obj_test_correctness_cu.dir/04_fused_softmax/test_correctness.cu.o: "
+      "_ZN2wb10cuda_checkEv W 0 10\n"
+      "/usr/local/cuda/lib64/libcudart.so.13: cudaEventElapsedTime@@libcudart.so.13 T 100 20\n"
+      "/lib/x86_64-linux-gnu/libc.so.6: clock_gettime@@GLIBC_2.17 T 200 20\n"
+      "/lib/x86_64-linux-gnu/libc.so.6: local_helper t 0 1\n";
+  const auto student = parse_nm(nm);
+  const auto harness = parse_nm(harness_nm);
+  REQUIRE(harness.size() == 6);
+  CHECK(harness[2].member == "test_correctness.cu.o");
+  CHECK(harness[3].name == "cudaEventElapsedTime");  // the symbol version is not part of the name
+  CHECK(harness[3].member == "libcudart.so.13");
+  // The API function is the student's own; the shared template and inline function are weak on
+  // both sides; a local symbol binds nothing. The rest would stand in for the tests' or the
+  // libraries' own: a checker, the CUDA event timer, and (weak against strong only) the clock.
+  CHECK(redefinitions(student, harness) ==
+        std::vector<std::string>{"_ZN4ch049reference13check_softmaxEv", "clock_gettime", "cudaEventElapsedTime"});
+  CHECK(redefinitions(harness, {}).empty());
+}
+
+TEST_CASE("the grading tree holds the references that later chapters build on, and no other solution") {
+  TempDir dir;
+  const fs::path src = dir / "src";
+  write(src / "tests/04_x/chapter.json",
+        R"({"id": "04", "slug": "04_x", "editable": ["k.cu", "h.cu"], "tests": [{"file": "t.cu", "kind": "correctness"}]})");
+  write(src / "tests/05_y/chapter.json",
+        R"({"id": "05", "slug": "05_y", "editable": ["y.cu"], "tests": [{"file": "t.cu", "kind": "correctness"}]})");
+  write(src / "tests/07_z/chapter.json",
+        R"({"id": "07", "slug": "07_z", "editable": ["z.cu"], "uses": ["04"], "tests": [{"file": "t.cu", "kind": "correctness"}]})");
+  write(src / "solutions/04_x/k.cu", "the reference k\n");
+  write(src / "solutions/04_x/h.cu", "the reference h\n");
+  write(src / "solutions/04_x/fast/k.cu", "a faster k\n");
+  write(src / "solutions/04_x/notes.md", "notes\n");
+  write(src / "solutions/05_y/y.cu", "the reference y\n");
+  write(src / "solutions/07_z/z.cu", "the reference z\n");
+  sync_source_tree(src, dir / "copy", {});
+  CHECK(grader_test::read(dir / "copy/solutions/04_x/k.cu") == "the reference k\n");
+  CHECK(fs::exists(dir / "copy/solutions/04_x/h.cu"));
+  CHECK_FALSE(fs::exists(dir / "copy/solutions/04_x/fast"));
+  CHECK_FALSE(fs::exists(dir / "copy/solutions/04_x/notes.md"));
+  CHECK_FALSE(fs::exists(dir / "copy/solutions/05_y"));
+  CHECK_FALSE(fs::exists(dir / "copy/solutions/07_z"));
+
+  // A manifest that stops using a chapter takes its reference out of the copy.
+  write(src / "tests/07_z/chapter.json",
+        R"({"id": "07", "slug": "07_z", "editable": ["z.cu"], "tests": [{"file": "t.cu", "kind": "correctness"}]})");
+  sync_source_tree(src, dir / "copy", {});
+  CHECK_FALSE(fs::exists(dir / "copy/solutions"));
+}
+
 TEST_CASE("cache variables of an existing build are read") {
   TempDir dir;
   write(dir / "CMakeCache.txt", "//comment\nCMAKE_CUDA_ARCHITECTURES:STRING=90\nWB_CHAPTERS:STRING=00;04\nWB_BUILDS:STRING=student\n");
