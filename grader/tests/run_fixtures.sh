@@ -6,6 +6,9 @@
 #
 #   grader/tests/run_fixtures.sh WORKBOOK_BINARY OUT_DIR [FIXTURE ...]
 #
+# WB_FIXTURE_GRADE_ARGS adds options to every `workbook grade` (CTest's grader.acceptance_cpu
+# passes --cpu-only: on a GPU machine too, only what needs no GPU is checked).
+#
 # Exit status: 0 when no fixture failed its expectations.
 set -u
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,6 +40,8 @@ for name in "${fixtures[@]}"; do
   mapfile -t opts < <(python3 -c 'import json,sys; [print(o) for o in json.load(open(sys.argv[1])).get("grade_options", [])]' "$dir/expected.json")
   args=(grade "$sub" --out "$out/results/$name" --work-dir "$out/work" --student "$name" --expect "$dir/expected.json" "${opts[@]}")
   [ -n "$chapters" ] && args+=(--chapters "$chapters")
+  read -r -a extra <<<"${WB_FIXTURE_GRADE_ARGS:-}"
+  args+=("${extra[@]}")
   start=$(date +%s)
   "$wb" "${args[@]}" >"$log" 2>&1
   rc=$?
