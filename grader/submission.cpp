@@ -102,6 +102,10 @@ std::vector<Flag> scan_source(const std::string& text, const std::string& chapte
          "touches the channel that carries test results to the grader (WB_TEST_REPORT/WB_REPORT_NONCE)"},
         {R(R"(\bdoctest\b|DOCTEST_|\bTEST_CASE\b|wb::testing|wb/testing\.hpp|\bmark_skipped\b|\brecord_metric\b)"),
          "test_harness", Severity::reject, "uses the test harness from chapter code (only tests may)"},
+        {R(R"(\bnamespace\s+(wb|doctest)\b|\bnamespace\s+(\w+\s*::\s*)*reference\b|\bnamespace\s+ch\d+_build\b)"),
+         "replaces_harness", Severity::reject,
+         "opens a namespace of the tests' own code (wb, doctest, a chapter's reference): chapter code defines "
+         "only its own functions, in its chapter's namespace"},
         {R(R"(\bsetsid\s*\(|\bsetpgid\s*\(|\bdaemon\s*\(|\bptrace\s*\()"), "process_group", Severity::reject,
          "leaves the grader's process group or traces processes"},
         {R(R"(\bcupti\w*|CUPTI_|\bwb::ApiCounter\b|\bapi_totals\b)"), "instrumentation", Severity::reject,

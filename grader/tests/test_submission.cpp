@@ -185,6 +185,12 @@ TEST_CASE("scan_source: includes that reach outside, the test channel, and notes
   CHECK(has(codes("auto p = getenv(\"WB_TEST_REPORT\");\n"), "test_channel:reject"));
   CHECK(has(codes("#include \"wb/testing.hpp\"\n"), "test_harness:reject"));
   CHECK(has(codes("void f() { setsid(); }\n"), "process_group:reject"));
+  // Opening the tests' namespaces: an inline "checker" there could win the link over theirs.
+  CHECK(has(codes("namespace ch07::reference {\ninline bool close(float, float) { return true; }\n}\n"),
+            "replaces_harness:reject"));
+  CHECK(has(codes("namespace ch07 { namespace reference {\n"), "replaces_harness:reject"));
+  CHECK(has(codes("namespace wb {\n"), "replaces_harness:reject"));
+  CHECK(codes("namespace ch07 {\nnamespace {\nconstexpr int kReferenceThreads = 256;\n}\n}\n").empty());
   CHECK(has(codes("static int x = cuptiSubscribe(&subscriber, callback, nullptr);\n"), "instrumentation:reject"));
   CHECK(has(codes("void f() { exit(0); }\n"), "ends_process:warning"));
   CHECK(has(codes("std::thread t(work);\n"), "cpu_threads:warning"));
