@@ -2,10 +2,12 @@
 #include "grader/sanitize.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
 #include "grader/build.hpp"
+#include "grader/submission.hpp"
 #include "grader/test_run.hpp"
 #include "grader/util.hpp"
 
@@ -69,6 +71,31 @@ std::vector<std::string> select_ids_lenient(const std::string& list) {
     }
   }
   return ids;
+}
+
+// What grading would reject in this chapter before running a test: the source scan and the
+// checks of the built objects, `workbook grade`'s own. The first rejecting flag, if any.
+std::optional<Flag> grader_rejection(const Chapter& chapter, const CheckOptions& o, const fs::path& student_root) {
+  const auto forbidden_headers = test_only_headers(chapter, o.source_dir);
+  for (const auto& file : chapter.editable) {
+    std::string text;
+    try {
+      text = read_text_file(student_root / chapter.slug / file, 4u << 20);
+    } catch (const std::exception&) {
+      continue;  // the build said what is wrong with it
+    }
+    for (const auto& flag : scan_source(text, chapter.id, file, forbidden_headers))
+      if (flag.severity == Severity::reject) return flag;
+  }
+  BuildSettings bs;
+  bs.tree = o.source_dir;
+  bs.build_dir = o.build_dir;
+  bs.student_root = student_root;
+  std::vector<fs::path> forbidden_dirs;
+  for (const char* part : {"tests", "grader", "solutions"}) forbidden_dirs.push_back(o.source_dir / part);
+  for (const auto& flag : check_student_objects(bs, chapter, forbidden_dirs))
+    if (flag.severity == Severity::reject) return flag;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -252,6 +279,20 @@ int run_check(const CheckOptions& o, std::ostream& out, std::ostream& progress) 
         results.push_back(cc);
         continue;
       }
+    }
+    // What `workbook grade` would reject, said now rather than at grading time.
+    const auto rejection =
+        grader_rejection(chapter, o, student_root.empty() ? o.source_dir / "chapters" : fs::path(student_root));
+    if (rejection) {
+      cc.runs.rejected = true;
+      cc.runs.reject_reason = rejection->code;
+      cc.runs.reject_detail = rejection->file + (rejection->line ? ":" + std::to_string(rejection->line) : "") + " " +
+                              rejection->message +
+                              "\n`workbook grade` rejects this chapter (0 points) before running a test, so its "
+                              "tests were not run here either";
+      cc.verdict = judge_chapter(chapter, cc.runs);
+      results.push_back(cc);
+      continue;
     }
     bool gate_passed = false;
     const auto kinds = chapter.kinds();

@@ -391,7 +391,8 @@ class StudentRoot {
   std::set<std::string> written_;
 };
 
-// Headers that exist only among the tests: chapter code may not include them.
+}  // namespace
+
 std::vector<std::string> test_only_headers(const Chapter& c, const fs::path& pristine) {
   std::vector<std::string> forbidden;
   std::error_code ec;
@@ -401,6 +402,8 @@ std::vector<std::string> test_only_headers(const Chapter& c, const fs::path& pri
   }
   return forbidden;
 }
+
+namespace {
 
 // Phase 3: one chapter's editable files: taken (checked and scanned), missing (the
 // committed starter fills in), or unusable (the chapter is rejected with why).

@@ -77,6 +77,10 @@ PreparedSubmission prepare_submission(const std::filesystem::path& input,
 // matches, or a note when `source_dir` is not a git checkout (nothing to compare against).
 std::string check_committed_starters(const std::filesystem::path& source_dir);
 
+// File names that exist only among the tests of chapter `c` in `pristine` (tests/<slug>/ and
+// not chapters/<slug>/): the CPU references and harness helpers chapter code may not include.
+std::vector<std::string> test_only_headers(const Chapter& c, const std::filesystem::path& pristine);
+
 // Static checks of one editable file (comments removed first). `forbidden_headers` are
 // file names that exist only among the tests (CPU references, harness helpers).
 std::vector<Flag> scan_source(const std::string& text, const std::string& chapter_id,
