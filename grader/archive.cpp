@@ -31,35 +31,41 @@ std::string archive_stem(const fs::path& path) {
   return n;
 }
 
+namespace {
+
+// The components of a member name. A backslash separates them too: Windows tools (PowerShell's
+// Compress-Archive among them) write "chapters\04_x\a.cu", and a student's file is not named
+// with a backslash.
+std::vector<std::string> name_components(const std::string& name) {
+  std::vector<std::string> parts(1);
+  for (char c : name) {
+    if (c == '/' || c == '\\') parts.emplace_back();
+    else parts.back() += c;
+  }
+  return parts;
+}
+
+}  // namespace
+
 void check_member_name(const std::string& name, const std::string& archive) {
   auto refuse = [&](const std::string& why) {
     throw InputError("archive " + archive + " is refused: member '" + printable(name) + "' " + why +
                      "; nothing was extracted");
   };
   if (name.empty()) refuse("has an empty name");
-  if (name.front() == '/') refuse("has an absolute path");
-  if (name.find('\\') != std::string::npos) refuse("contains a backslash");
+  const auto parts = name_components(name);
+  if (parts.front().empty() && parts.size() > 1) refuse("has an absolute path");
+  if (parts.front().size() == 2 && parts.front()[1] == ':') refuse("has an absolute (drive letter) path");
   for (unsigned char c : name)
     if (c < 0x20 || c == 0x7f) refuse("contains a control character");
-  std::size_t pos = 0;
-  while (pos <= name.size()) {
-    auto end = name.find('/', pos);
-    if (end == std::string::npos) end = name.size();
-    if (name.compare(pos, end - pos, "..") == 0 && end - pos == 2) refuse("climbs out with '..'");
-    pos = end + 1;
-  }
+  for (const auto& part : parts)
+    if (part == "..") refuse("climbs out with '..'");
 }
 
 std::string member_path(const std::string& name) {
   std::string path;
-  std::size_t pos = 0;
-  while (pos <= name.size()) {
-    auto end = name.find('/', pos);
-    if (end == std::string::npos) end = name.size();
-    const std::string part = name.substr(pos, end - pos);
+  for (const auto& part : name_components(name))
     if (!part.empty() && part != ".") path += (path.empty() ? "" : "/") + part;
-    pos = end + 1;
-  }
   return path;
 }
 

@@ -39,10 +39,11 @@ bool is_archive_path(const std::filesystem::path& path);
 // "alice.tar.gz" -> "alice"
 std::string archive_stem(const std::filesystem::path& path);
 
-// InputError for an absolute name, a ".." component, a backslash or a control character.
+// InputError for an absolute name ("/a", "C:\\a"), a ".." component or a control character.
+// A backslash separates components, as Windows tools write names.
 void check_member_name(const std::string& name, const std::string& archive);
-// Where a checked member name lands: "./a//b/" -> "a/b" (no ".", no empty component), so
-// "./a.cu" and "a.cu" are the same file; "." and "./" give "".
+// Where a checked member name lands: "./a//b/" -> "a/b" and "a\\b" -> "a/b" (no ".", no empty
+// component), so "./a.cu" and "a.cu" are the same file; "." and "./" give "".
 std::string member_path(const std::string& name);
 
 std::vector<ArchiveMember> list_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);

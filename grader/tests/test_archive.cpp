@@ -34,13 +34,17 @@ TEST_CASE("archive names: which files count as archives, and the student name") 
   CHECK(archive_stem("bob.smith.zip") == "bob.smith");
 }
 
-TEST_CASE("member names: absolute, '..', backslashes and control characters are refused") {
+TEST_CASE("member names: absolute, '..' and control characters are refused; backslashes separate") {
   CHECK_NOTHROW(check_member_name("chapters/04_fused_softmax/softmax_fused.cu", "a.tar"));
   CHECK_NOTHROW(check_member_name("a..b/c", "a.tar"));
   CHECK_THROWS_AS(check_member_name("/etc/passwd", "a.tar"), InputError);
   CHECK_THROWS_AS(check_member_name("x/../../y", "a.tar"), InputError);
   CHECK_THROWS_AS(check_member_name("..", "a.tar"), InputError);
   CHECK_THROWS_AS(check_member_name("..\\x", "a.tar"), InputError);
+  CHECK_THROWS_AS(check_member_name("a\\..\\..\\x", "a.zip"), InputError);
+  CHECK_THROWS_AS(check_member_name("\\etc\\passwd", "a.zip"), InputError);
+  CHECK_THROWS_AS(check_member_name("C:\\Users\\x.cu", "a.zip"), InputError);
+  CHECK_NOTHROW(check_member_name("chapters\\04_x\\a.cu", "a.zip"));  // PowerShell's Compress-Archive
   CHECK_THROWS_AS(check_member_name("a\nb", "a.tar"), InputError);
 }
 
@@ -51,6 +55,7 @@ TEST_CASE("a member lands at its name without '.' and empty components") {
   CHECK(member_path("./") == "");
   CHECK(member_path(".") == "");
   CHECK(member_path("a..b/.c") == "a..b/.c");  // dots inside a name are part of it
+  CHECK(member_path("chapters\\04_x\\a.cu") == "chapters/04_x/a.cu");
 }
 
 TEST_CASE("the listing names every member with its type; links are recognised") {
@@ -201,4 +206,12 @@ TEST_CASE("a file where another member needs a directory refuses the archive, na
 
   const fs::path dot = make_tar(dir, "dot.tar", {{".", "a file named ."}});
   CHECK_THROWS_WITH_AS(list_archive(dot, {}), doctest::Contains("names no file"), InputError);
+}
+
+TEST_CASE("an archive written with backslashes (Windows tools) extracts into directories") {
+  TempDir dir;
+  const fs::path tar = make_tar(dir, "win.tar", {{"chapters\\04_x\\a.cu", "from Windows\n"}});
+  const ExtractResult r = extract_archive(tar, dir / "out", {});
+  CHECK(r.extracted == std::vector<std::string>{"chapters/04_x/a.cu"});
+  CHECK(grader_test::read(dir / "out/chapters/04_x/a.cu") == "from Windows\n");
 }
