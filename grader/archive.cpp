@@ -45,13 +45,16 @@ std::vector<std::string> name_components(const std::string& name) {
   return parts;
 }
 
+// The error that refuses a whole archive for one of its members, before anything is written.
+InputError refused(const std::string& archive, const std::string& member, const std::string& why) {
+  return InputError("archive " + archive + " is refused: member '" + printable(member) + "' " + why +
+                    "; nothing was extracted");
+}
+
 }  // namespace
 
 void check_member_name(const std::string& name, const std::string& archive) {
-  auto refuse = [&](const std::string& why) {
-    throw InputError("archive " + archive + " is refused: member '" + printable(name) + "' " + why +
-                     "; nothing was extracted");
-  };
+  auto refuse = [&](const std::string& why) { throw refused(archive, name, why); };
   if (name.empty()) refuse("has an empty name");
   const auto parts = name_components(name);
   if (parts.front().empty() && parts.size() > 1) refuse("has an absolute path");
@@ -144,8 +147,7 @@ ArchiveMember member_of(archive_entry* entry, const std::string& archive) {
   }
   // "." or "./" is the archive's top directory; any other member that names nothing is refused.
   if (m.name.empty() && m.type != 'd')
-    throw InputError("archive " + archive + " is refused: member '" + printable(written) +
-                     "' names no file; nothing was extracted");
+    throw refused(archive, written, "names no file");
   return m;
 }
 

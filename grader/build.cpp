@@ -25,25 +25,28 @@ bool excluded_top(const std::string& name) {
 // "solutions/07_gpu_sampler/sampler_fused.cu", ... Nothing else of solutions/ is copied.
 std::set<std::string> used_reference_paths(const fs::path& src) {
   std::set<std::string> paths;
-  std::vector<Chapter> chapters;
   try {
-    chapters = discover_chapters(src);
+    const std::vector<Chapter> chapters = discover_chapters(src);
+    for (const auto& c : chapters)
+      for (const auto& id : c.uses) {
+        const Chapter& used = find_chapter(chapters, id);
+        paths.insert("solutions");
+        paths.insert("solutions/" + used.slug);
+        for (const auto& f : used.editable) paths.insert("solutions/" + used.slug + "/" + f);
+      }
   } catch (const InputError&) {
-    return paths;  // a broken manifest is reported where the chapters are read, not here
+    return {};  // a broken manifest, or a "uses" of no chapter: reported where chapters are read and built
   }
-  for (const auto& c : chapters)
-    for (const auto& id : c.uses) {
-      const auto used_it = std::find_if(chapters.begin(), chapters.end(), [&](const Chapter& u) { return u.id == id; });
-      if (used_it == chapters.end()) continue;  // the build says which chapter is missing
-      const Chapter& used = *used_it;
-      paths.insert("solutions");
-      paths.insert("solutions/" + used.slug);
-      for (const auto& f : used.editable) paths.insert("solutions/" + used.slug + "/" + f);
-    }
   return paths;
 }
 
 }  // namespace
+
+std::vector<fs::path> test_code_dirs(const fs::path& tree) {
+  std::vector<fs::path> dirs;
+  for (const char* part : {"tests", "grader", "solutions"}) dirs.push_back(tree / part);
+  return dirs;
+}
 
 void sync_source_tree(const fs::path& src, const fs::path& dst, const std::vector<fs::path>& exclude) {
   fs::create_directories(dst);
@@ -337,12 +340,19 @@ std::vector<NmSymbol> nm_symbols(const std::vector<fs::path>& files, bool dynami
   return parse_nm(run_process(spec).output);
 }
 
-// The tests' own code in the build tree, beside the support members of the chapter's library:
-// the chapter's test objects, the workbook's libraries (harness, main, model engine) and the
-// reference libraries of the chapters it uses (not its own: a later chapter's build makes
-// that one, and it defines the chapter's API, as the student's code must).
-std::vector<fs::path> harness_files(const fs::path& build_dir, const Chapter& chapter) {
-  std::vector<fs::path> files;
+// What the object checks read in the build tree, found in one walk: the chapter's student
+// library, and the tests' own code beside its support members: the chapter's test objects, the
+// workbook's libraries (harness, main, model engine) and the reference libraries of the
+// chapters it uses (not its own: a later chapter's build makes that one, and it defines the
+// chapter's API, as the student's code must).
+struct BuildArtifacts {
+  fs::path student_library;
+  std::vector<fs::path> harness;
+};
+
+BuildArtifacts find_artifacts(const fs::path& build_dir, const Chapter& chapter) {
+  BuildArtifacts found;
+  const std::string student_library = "libch" + chapter.id + "_student.a";
   const std::string test_objects = "/CMakeFiles/ch" + chapter.id + "_obj_";
   std::set<std::string> used_references;
   for (const auto& id : chapter.uses) used_references.insert("libch" + id + "_reference.a");
@@ -355,12 +365,13 @@ std::vector<fs::path> harness_files(const fs::path& build_dir, const Chapter& ch
       continue;
     }
     if (!it->is_regular_file()) continue;
+    if (name == student_library && found.student_library.empty()) found.student_library = it->path();
     const bool workbook_library = starts_with(name, "libwb_") && ends_with(name, ".a");
     const bool reference_library = used_references.count(name) > 0;
     const bool test_object = ends_with(name, ".o") && it->path().generic_string().find(test_objects) != std::string::npos;
-    if (workbook_library || reference_library || test_object) files.push_back(it->path());
+    if (workbook_library || reference_library || test_object) found.harness.push_back(it->path());
   }
-  return files;
+  return found;
 }
 
 // The shared libraries a built binary needs (readelf's NEEDED entries, found through its
@@ -484,20 +495,9 @@ std::vector<Flag> check_student_objects(const BuildSettings& s, const Chapter& c
   }
 
   // 2. What the student objects call that the tests' support code defines.
-  const fs::path nm = find_program("nm");
-  fs::path lib;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(s.build_dir, ec); it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) break;
-    if (it->path().filename() == "libch" + chapter.id + "_student.a") {
-      lib = it->path();
-      break;
-    }
-    if (it->is_directory() && (it->path().filename() == "bin" || it->path().filename() == "_deps"))
-      it.disable_recursion_pending();
-  }
-  if (nm.empty() || lib.empty()) return flags;
-  const auto symbols = nm_symbols({lib});
+  const BuildArtifacts artifacts = find_artifacts(s.build_dir, chapter);
+  if (artifacts.student_library.empty()) return flags;
+  const auto symbols = nm_symbols({artifacts.student_library});  // empty when nm is not there
   if (!chapter.support.empty()) {
     for (std::size_t i = 0; i < members.size(); ++i) {
       // Each member on its own, so the message names the file that makes the call.
@@ -522,7 +522,7 @@ std::vector<Flag> check_student_objects(const BuildSettings& s, const Chapter& c
   //    link, defines too. Linked ahead of them, the student's definition is the one every
   //    call reaches: a CPU reference or checker that agrees with any answer, a clock or a
   //    CUDA event timer that runs slow, a main that prints a passing summary.
-  std::vector<NmSymbol> harness = nm_symbols(harness_files(s.build_dir, chapter));
+  std::vector<NmSymbol> harness = nm_symbols(artifacts.harness);
   for (const auto& sym : symbols)
     if (std::find(members.begin(), members.end(), sym.member) == members.end()) harness.push_back(sym);
   const fs::path test_binary = s.build_dir / "bin" / chapter.binary(chapter.kinds().front());

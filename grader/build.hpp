@@ -64,6 +64,10 @@ bool is_idle_build_line(const std::string& line);
 // The first compiler errors of a build log, with work-directory paths made short.
 std::string compile_error_excerpt(const std::string& log, const std::vector<std::filesystem::path>& strip_prefixes);
 
+// Where the tests' own code lives in a workbook tree (tests/, grader/, solutions/): chapter
+// code may not be compiled with anything in them (check_student_objects' forbidden_dirs).
+std::vector<std::filesystem::path> test_code_dirs(const std::filesystem::path& tree);
+
 // Checks the built objects of a chapter's editable files; flags with severity "reject"
 // when they include the tests' files, call what the tests' support code defines, or define
 // what the tests' code or the shared libraries they link define (replaces_harness).

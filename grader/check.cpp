@@ -91,9 +91,7 @@ std::optional<Flag> grader_rejection(const Chapter& chapter, const CheckOptions&
   bs.tree = o.source_dir;
   bs.build_dir = o.build_dir;
   bs.student_root = student_root;
-  std::vector<fs::path> forbidden_dirs;
-  for (const char* part : {"tests", "grader", "solutions"}) forbidden_dirs.push_back(o.source_dir / part);
-  for (const auto& flag : check_student_objects(bs, chapter, forbidden_dirs))
+  for (const auto& flag : check_student_objects(bs, chapter, test_code_dirs(o.source_dir)))
     if (flag.severity == Severity::reject) return flag;
   return std::nullopt;
 }

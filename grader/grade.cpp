@@ -375,11 +375,8 @@ void build_chapters(const std::vector<Chapter>& chapters, const BuildSettings& b
   // What chapter code may not be compiled with: the tests (CPU references, harness), the
   // grader, the solutions; in the grading tree and in the instructor's own tree (an absolute
   // #include). The grading tree itself may live inside the instructor's tree (--out there).
-  std::vector<fs::path> forbidden_dirs;
-  for (const char* part : {"tests", "grader", "solutions"}) {
-    forbidden_dirs.push_back(bs.tree / part);
-    forbidden_dirs.push_back(o.source_dir / part);
-  }
+  std::vector<fs::path> forbidden_dirs = test_code_dirs(bs.tree);
+  for (const auto& dir : test_code_dirs(o.source_dir)) forbidden_dirs.push_back(dir);
   for (const auto& c : chapters) {
     ChapterRuns& r = f.runs[c.id];
     if (r.missing || r.rejected) continue;

@@ -495,20 +495,20 @@ SubmittedChapter take_chapter(const Chapter& c, const PreparedSubmission& s, con
 }
 
 // Phase 4: what the archive held that was not extracted, for the report.
+// Appends `lines` to `notes`, at most `most` of them, then one line that counts the rest.
+void note_at_most(std::vector<std::string>& notes, const std::vector<std::string>& lines, std::size_t most,
+                  const std::string& rest) {
+  for (std::size_t i = 0; i < lines.size() && i < most; ++i) notes.push_back(lines[i]);
+  if (lines.size() > most) notes.push_back("... and " + std::to_string(lines.size() - most) + " more " + rest);
+}
+
 void note_skipped_members(PreparedSubmission& s, const Opened& opened) {
-  const auto& skipped_members = opened.skipped_members;
-  std::size_t listed = 0;
-  for (const auto& [name, why] : skipped_members)
-    if (listed++ < 20) s.ignored.push_back(name + ": not extracted: " + why);
-  if (skipped_members.size() > 20)
-    s.ignored.push_back("... and " + std::to_string(skipped_members.size() - 20) + " more archive member(s) not extracted");
-  listed = 0;
+  std::vector<std::string> skipped, replaced;
+  for (const auto& [name, why] : opened.skipped_members) skipped.push_back(name + ": not extracted: " + why);
   for (const auto& path : opened.replaced_members)
-    if (listed++ < 20)
-      s.ignored.push_back(path + ": held more than once in the archive; its last copy was extracted, as tar does");
-  if (opened.replaced_members.size() > 20)
-    s.ignored.push_back("... and " + std::to_string(opened.replaced_members.size() - 20) +
-                        " more path(s) held more than once (the last copy of each was extracted)");
+    replaced.push_back(path + ": held more than once in the archive; its last copy was extracted, as tar does");
+  note_at_most(s.ignored, skipped, 20, "archive member(s) not extracted");
+  note_at_most(s.ignored, replaced, 20, "path(s) held more than once (the last copy of each was extracted)");
 }
 
 }  // namespace
