@@ -165,8 +165,7 @@ InputAtEnd::~InputAtEnd() {
 
 void InputAtEnd::upload(std::span<const float> host) {
   if (host.size() != count_) throw std::invalid_argument("wb::InputAtEnd::upload: wrong size");
-  if (count_ > 0)
-    WB_CUDA(cudaMemcpy(data_, host.data(), count_ * sizeof(float), cudaMemcpyHostToDevice));
+  upload_bytes(data_, host.data(), count_ * sizeof(float));
 }
 
 std::vector<float> InputAtEnd::download() const {

@@ -12,6 +12,7 @@
 
 #include "wb/api_counter.hpp"
 #include "wb/check.hpp"
+#include "wb/upload.hpp"
 #include "wb/device.hpp"
 
 namespace wb {
@@ -120,7 +121,7 @@ LatencyChain::LatencyChain(int steps) : steps_(steps) {
     next[std::size_t(s) * kStride] = unsigned((std::size_t(s + 1) % steps) * kStride);
   WB_CUDA(cudaMalloc(&chain_, next.size() * sizeof(unsigned)));
   WB_CUDA(cudaMalloc(&sink_, sizeof(unsigned)));
-  WB_CUDA(cudaMemcpy(chain_, next.data(), next.size() * sizeof(unsigned), cudaMemcpyHostToDevice));
+  upload_bytes(chain_, next.data(), next.size() * sizeof(unsigned));  // chased on non-blocking streams
 }
 
 LatencyChain::~LatencyChain() {

@@ -24,6 +24,7 @@
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
+#include "wb/upload.hpp"
 
 namespace {
 
@@ -86,12 +87,10 @@ Output run(Impl impl, const Problem& p, Offsets off = {}) {
       bias_buf(std::span<const float>(p.bias));
   std::vector<T> delta_typed(n);
   for (std::size_t i = 0; i < n; ++i) delta_typed[i] = Type<T>::narrow(p.delta[i]);
-  if (n > 0) {
-    WB_CUDA(cudaMemcpy(x_buf.data() + off.x, p.x.data(), n * sizeof(float),
-                       cudaMemcpyHostToDevice));
-    WB_CUDA(cudaMemcpy(delta_buf.data() + off.delta, delta_typed.data(), n * sizeof(T),
-                       cudaMemcpyHostToDevice));
-  }
+  // upload_bytes waits for the copy's DMA: the kernel below runs on a non-blocking stream,
+  // which nothing orders after a plain cudaMemcpy (it once read delta's NaN poison so).
+  wb::upload_bytes(x_buf.data() + off.x, p.x.data(), n * sizeof(float));
+  wb::upload_bytes(delta_buf.data() + off.delta, delta_typed.data(), n * sizeof(T));
   cudaStream_t stream = nullptr;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct StreamGuard {

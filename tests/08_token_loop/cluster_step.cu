@@ -31,6 +31,7 @@
 #include "greedy_pick.cuh"
 #include "persistent_step.hpp"
 #include "wb/check.hpp"
+#include "wb/upload.hpp"
 
 namespace ch08 {
 namespace {
@@ -700,7 +701,7 @@ ClusterStep::ClusterStep(const GpuModel& model, const StepBuffers& io, int share
   const std::vector<float> packed = pack_weights(c, model.host().weights(), blocks_);
   image_floats_ = packed.size() / std::size_t(blocks_);
   WB_CUDA(cudaMalloc(&packed_, packed.size() * sizeof(float)));
-  WB_CUDA(cudaMemcpy(packed_, packed.data(), packed.size() * sizeof(float), cudaMemcpyHostToDevice));
+  wb::upload_bytes(packed_, packed.data(), packed.size() * sizeof(float));  // read on the decoder's non-blocking stream
 }
 
 ClusterStep::~ClusterStep() {

@@ -16,6 +16,7 @@
 #include "add_norm.cuh"  // chapter 06
 #include "matvec.hpp"    // chapter 01
 #include "wb/check.hpp"
+#include "wb/upload.hpp"
 #include "wb/model/tokenizer.hpp"
 
 namespace ch08 {
@@ -586,7 +587,7 @@ StageTimes GpuDecoder::measure_stages(int position, int replays) {
     throw std::logic_error("ch08 GpuDecoder::measure_stages captures graphs, which WB_DEBUG_SYNC=1 breaks; unset it");
   replays = std::max(replays, 1);
   WB_CUDA(cudaStreamSynchronize(stream_));
-  WB_CUDA(cudaMemcpy(b_->pos, &position, sizeof(int), cudaMemcpyHostToDevice));  // stage graphs keep it
+  wb::upload_bytes(b_->pos, &position, sizeof(int));  // stage graphs keep it; stream_ is non-blocking
   StageTimes t;
   auto stage = [&](Stage st, double& us, int& nodes) {
     auto enqueue = [this, st](cudaStream_t s) { enqueue_step(s, st); };

@@ -57,10 +57,7 @@ class DevArray {
       guarded_ = std::make_unique<wb::GuardedBuffer<float>>(host.size());
       if (!host.empty()) guarded_->upload(host);
     }
-    // cudaMemcpy from pageable memory returns before its DMA has landed, and the tests launch
-    // on a non-blocking stream, which does not wait for the legacy stream: without this, a
-    // fast kernel read the poison behind the upload (first GPU run, a float4 SwiGLU variant).
-    WB_CUDA(cudaDeviceSynchronize());
+    // upload() waits for its DMA (wb/upload.hpp): the tests launch on a non-blocking stream.
   }
   float* data() { return end_ ? end_->data() : guarded_->data(); }
   std::vector<float> download() const {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "wb/check.hpp"
+#include "wb/upload.hpp"
 
 namespace wb_tests {
 
@@ -108,7 +109,7 @@ class FencedBuffer {
   std::size_t size() const { return count_; }
 
   void upload(std::span<const T> host) {
-    WB_CUDA(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+    wb::upload_bytes(data_, host.data(), host.size_bytes());
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);

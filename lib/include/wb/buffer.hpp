@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "wb/check.hpp"
+#include "wb/upload.hpp"
 
 namespace wb {
 
@@ -38,7 +39,7 @@ class DeviceBuffer {
   std::size_t bytes() const { return count_ * sizeof(T); }
 
   void upload(std::span<const T> host) {
-    WB_CUDA(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    upload_bytes(ptr_, host.data(), host.size() * sizeof(T));
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);

@@ -22,6 +22,7 @@
 
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/upload.hpp"
 
 namespace wb {
 
@@ -61,7 +62,7 @@ class GuardedBuffer {
   std::size_t bytes() const { return count_ * sizeof(T); }
 
   void upload(std::span<const T> host) {
-    WB_CUDA(cudaMemcpy(data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    upload_bytes(data(), host.data(), host.size() * sizeof(T));
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
