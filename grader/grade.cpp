@@ -559,6 +559,10 @@ std::vector<std::string> check_expectations(const json& report, const json& expe
       }
     }
     const std::string where = "chapter " + id + ": ";
+    // A misspelt key would check nothing and pass: name it instead.
+    for (const auto& [key, value] : want.items())
+      if (!one_of(json::array({"state", "reason", "message", "max_score", "min_score", "may_score", "flag"}), key))
+        problems.push_back(where + "unknown expectation '" + key + "'");
     if (want.contains("state") && !one_of(want["state"], state))
       problems.push_back(where + "state is '" + state + "', expected " + want["state"].dump() + " (" +
                          first_error_line(c.value("message", "")) + ")");
@@ -577,6 +581,15 @@ std::vector<std::string> check_expectations(const json& report, const json& expe
     if (want.contains("min_score") && c.value("score", 0.0) < want["min_score"].get<double>() - 1e-9)
       problems.push_back(where + "scored " + format_points(c.value("score", 0.0)) + ", expected at least " +
                          format_points(want["min_score"].get<double>()));
+    if (want.contains("may_score")) {  // only the tests whose names match may earn points
+      const std::string pattern = want["may_score"].get<std::string>();
+      const std::regex re(pattern, std::regex::icase | std::regex::ECMAScript);
+      for (const auto& k : c.value("kinds", json::array()))
+        for (const auto& t : k.value("tests", json::array()))
+          if (t.value("score", 0.0) > 0 && !std::regex_search(t.value("name", ""), re))
+            problems.push_back(where + "'" + t.value("name", "") + "' earned " + format_points(t.value("score", 0.0)) +
+                               ", but only tests matching /" + pattern + "/ may score");
+    }
     if (want.contains("flag")) {
       bool found = false;
       for (const auto& f : c.value("flags", json::array())) found = found || one_of(want["flag"], f.value("code", ""));

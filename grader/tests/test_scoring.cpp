@@ -221,12 +221,32 @@ TEST_CASE("fixture expectations: met, not met, and not checkable without a GPU")
   CHECK(check(report, R"({"chapters": {"07": {"reason": "crashed"}}})").size() == 1);
   CHECK(check(report, R"({"chapters": {"*": {"max_score": 0}}})").empty());
   CHECK(check(report, R"({"chapters": {"07": {"flag": "test_channel"}}})").size() == 1);
+  CHECK(check(report, R"({"chapters": {"07": {"max_scor": 0}}})").size() == 1);  // a typo checks nothing
   json cpu = report;
   cpu["chapters"][0]["state"] = "not_gradable";
   cpu["chapters"][0]["gradable"] = false;
   skipped.clear();
   CHECK(check(cpu, R"({"chapters": {"07": {"state": "failing"}}})").empty());
   CHECK(skipped.size() == 1);
+}
+
+TEST_CASE("fixture expectations: may_score names the only tests that may earn points") {
+  const json report = json::parse(R"({
+    "status": "graded", "score": 1.17, "max_score": 10,
+    "chapters": [{"id": "04", "state": "failing", "reason": "out_of_memory", "gradable": true, "score": 1.17,
+                  "kinds": [{"kind": "correctness", "tests": [
+                    {"name": "fused softmax matches the double reference", "score": 0},
+                    {"name": "unfused softmax matches the double reference", "score": 0.58},
+                    {"name": "Unfused softmax: edge logits", "score": 0.59}]}]}]})");
+  std::vector<std::string> skipped;
+  CHECK(check_expectations(report, json::parse(R"({"chapters": {"04": {"may_score": "^unfused softmax"}}})"), skipped)
+            .empty());
+  json fused_scored = report;
+  fused_scored["chapters"][0]["kinds"][0]["tests"][0]["score"] = 0.58;
+  const auto problems =
+      check_expectations(fused_scored, json::parse(R"({"chapters": {"04": {"may_score": "^unfused softmax"}}})"), skipped);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("'fused softmax matches the double reference' earned 0.58") != std::string::npos);
 }
 
 TEST_CASE("a test skipped for optional data is not counted; one skipped for lack of a GPU is") {
