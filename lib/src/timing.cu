@@ -12,8 +12,8 @@
 
 #include "wb/api_counter.hpp"
 #include "wb/check.hpp"
-#include "wb/upload.hpp"
 #include "wb/device.hpp"
+#include "wb/upload.hpp"
 
 namespace wb {
 
