@@ -4,6 +4,8 @@
 #include <sstream>
 #include <string>
 
+#include "wb/test_environment.hpp"
+
 namespace wb {
 
 const char* hint_for(cudaError_t code) {
@@ -53,11 +55,8 @@ void cuda_check(cudaError_t err, const char* expression, const char* file, int l
 }
 
 bool debug_sync_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("WB_DEBUG_SYNC");
-    return v && *v && std::string(v) != "0";
-  }();
-  return enabled;
+  const std::optional<std::string> v = test_environment("WB_DEBUG_SYNC");
+  return v && !v->empty() && *v != "0";
 }
 
 void check_launch(const char* kernel, const char* file, int line) {

@@ -16,8 +16,9 @@
 #include <sstream>
 
 #include "wb/device.hpp"
+#include "wb/test_environment.hpp"
 
-extern char** environ;
+
 
 namespace wb::coverage {
 namespace {
@@ -61,16 +62,7 @@ std::string cupti_error(const char* what, CUptiResult r) {
   return std::string(what) + " failed: " + (text ? text : "unknown CUPTI error");
 }
 
-bool under_sanitizer() {
-  for (char** e = environ; e && *e; ++e) {
-    const std::string var = *e;
-    if (var.rfind("NV_SANITIZER", 0) == 0 || var.rfind("COMPUTE_SANITIZER", 0) == 0) return true;
-    if ((var.rfind("LD_PRELOAD=", 0) == 0 || var.rfind("CUDA_INJECTION64_PATH=", 0) == 0) &&
-        var.find("sanitizer") != std::string::npos)
-      return true;
-  }
-  return false;
-}
+bool under_sanitizer() { return started_under_sanitizer(); }
 
 // Every symbol name of the ELF file at `path` (.symtab, else .dynsym).
 std::vector<std::string> elf_symbol_names(const std::string& path, std::string* why_not) {
@@ -191,15 +183,13 @@ std::string this_build() {
   return last == std::string::npos ? name : name.substr(last + 1);
 }
 
+// Both read the environment as it was when the tests started (wb/test_environment.hpp).
 bool quick() {
-  const char* q = std::getenv("WB_QUICK");
-  return (q && *q && std::string(q) != "0") || under_sanitizer();
+  const std::optional<std::string> q = test_environment("WB_QUICK");
+  return (q && !q->empty() && *q != "0") || under_sanitizer();
 }
 
-bool racecheck() {
-  const char* tool = std::getenv("WB_SANITIZE_TOOL");
-  return tool && std::string(tool) == "racecheck";
-}
+bool racecheck() { return test_environment("WB_SANITIZE_TOOL") == "racecheck"; }
 
 std::string unlaunched_kernels(const std::string& prefix, const std::string& chapter) {
   std::string why_not;

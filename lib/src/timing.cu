@@ -13,6 +13,7 @@
 #include "wb/api_counter.hpp"
 #include "wb/check.hpp"
 #include "wb/device.hpp"
+#include "wb/test_environment.hpp"
 #include "wb/upload.hpp"
 
 namespace wb {
@@ -292,11 +293,7 @@ Bench::~Bench() {
 }
 
 const char* l2_flush_method() {
-  static const char* method = [] {
-    const char* env = std::getenv("WB_L2_FLUSH");
-    return env && std::string(env) == "write" ? "write" : "write+read";
-  }();
-  return method;
+  return test_environment("WB_L2_FLUSH") == "write" ? "write" : "write+read";
 }
 
 void flush_l2(void* buffer, std::size_t bytes, cudaStream_t stream) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,8 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "wb/device.hpp"
+#include "wb/kernel_coverage.hpp"
 #include "wb/random.hpp"
 #include "wb/results.hpp"
+#include "wb/test_environment.hpp"
 #include "wb/testing.hpp"
 
 namespace {
@@ -170,6 +173,15 @@ void write_report(const char* path, const BinaryName& b, const std::string& nonc
                            {"tests", tests},
                            {"summary", summary}};
   if (!nonce.empty()) report["nonce"] = nonce;
+  // The variables that steer the tests, as the tests read them (taken when main started), for
+  // the grader to compare with the environment it gave this process.
+  nlohmann::json environment = nlohmann::json::object();
+  for (const char* name : wb::kTestEnvironmentNames) {
+    const std::optional<std::string> value = wb::test_environment(name);
+    environment[name] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  }
+  report["environment"] = environment;
+  report["quick"] = wb::coverage::quick();
   wb::write_file_atomic(path, report.dump(1) + "\n");
 }
 
@@ -194,6 +206,9 @@ void record_note(const std::string& text) {
 }  // namespace wb::testing
 
 int main(int argc, char** argv) {
+  // First: the variables that steer the tests are read now and never again, so code in this
+  // process cannot change them for the tests from here on (wb/test_environment.hpp).
+  wb::snapshot_test_environment();
   // The grader's nonce proves a report came from this run; it is removed from the
   // environment before any test (student) code runs.
   std::string nonce;

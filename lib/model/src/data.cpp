@@ -2,6 +2,10 @@
 #include "wb/model/data.hpp"
 
 #include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "wb/test_environment.hpp"
 
 namespace wb::model {
 
@@ -15,20 +19,20 @@ const char* const kTinyStoriesGreedyText =
     "Lily didn't want to help her mom, so she";
 
 std::optional<TinyStoriesFiles> tiny_stories_from_env(std::string* why) {
-  const char* dir = std::getenv("WB_DATA_DIR");
-  if (!dir || !*dir) {
+  const std::optional<std::string> dir = wb::test_environment("WB_DATA_DIR");  // as the tests began
+  if (!dir || dir->empty()) {
     if (why)
       *why = "skipped: WB_DATA_DIR is not set; set it to a directory with llama2.c's "
              "stories260K.bin and tok512.bin to run this test";
     return std::nullopt;
   }
-  TinyStoriesFiles files{std::filesystem::path(dir) / "stories260K.bin",
-                         std::filesystem::path(dir) / "tok512.bin"};
+  TinyStoriesFiles files{std::filesystem::path(*dir) / "stories260K.bin",
+                         std::filesystem::path(*dir) / "tok512.bin"};
   std::error_code ec;
   for (const auto& f : {files.model, files.tokenizer}) {
     if (!std::filesystem::exists(f, ec)) {
       if (why)
-        *why = "skipped: WB_DATA_DIR is '" + std::string(dir) + "' but " + f.string() +
+        *why = "skipped: WB_DATA_DIR is '" + *dir + "' but " + f.string() +
                " does not exist (it needs stories260K.bin and tok512.bin from llama2.c)";
       return std::nullopt;
     }
