@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "grader/util.hpp"
+#include "wb/test_environment.hpp"
 
 namespace wb::grader {
 
@@ -114,6 +115,52 @@ void fail(TestRun& run, RunOutcome outcome, const std::string& problem) {
   run.cases.clear();
 }
 
+// The variables of wb::kTestEnvironmentNames in a process environment ("NAME=value" entries).
+std::map<std::string, std::string> steering_variables(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> out;
+  for (const std::string& kv : env) {
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    for (const char* name : wb::kTestEnvironmentNames)
+      if (kv.compare(0, eq, name) == 0 && eq == std::string(name).size()) out[name] = kv.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string describe_value(const std::optional<std::string>& v) {
+  return v ? "'" + *v + "'" : std::string("unset");
+}
+
+// The environment the tests read (the report's "environment", taken when the test's main
+// started, and "quick") against the one the grader gave the process. Code in the test
+// process can change its own environment before main (a static initializer's setenv):
+// WB_QUICK or a sanitizer's variable leaves out the largest cases, an unset WB_DATA_DIR skips
+// the end-to-end ones. Reports without these keys are not checked (their binaries predate
+// them; a forged report fails on the nonce).
+std::string environment_problem(const json& r, const ReportExpectations& expect) {
+  if (!expect.environment) return "";
+  const std::string rule =
+      ". Code in the test process changed its environment (setenv, putenv, unsetenv, or in a static "
+      "initializer, before the tests began): chapter code must leave the environment alone.";
+  if (r.contains("environment") && r["environment"].is_object()) {
+    for (const char* name : wb::kTestEnvironmentNames) {
+      const auto given = expect.environment->find(name);
+      const std::optional<std::string> want =
+          given == expect.environment->end() ? std::nullopt : std::optional<std::string>(given->second);
+      const json& seen = r["environment"].contains(name) ? r["environment"][name] : json(nullptr);
+      const std::optional<std::string> got =
+          seen.is_string() ? std::optional<std::string>(seen.get<std::string>()) : std::nullopt;
+      if (want != got)
+        return "the tests read " + std::string(name) + " as " + describe_value(got) + ", but the grader started them with " +
+               describe_value(want) + rule;
+    }
+  }
+  if (r.contains("quick") && r["quick"].is_boolean() && r["quick"].get<bool>() && !expect.quick_expected)
+    return "the tests ran in their quick form (the largest cases left out, as under compute-sanitizer), which this "
+           "run did not ask for" + rule;
+  return "";
+}
+
 // Checks a parsed report against what this run must produce; returns the first problem.
 std::string validate_report(const json& r, const ReportExpectations& expect) {
   if (!r.is_object()) return "the report is not a JSON object";
@@ -133,6 +180,7 @@ std::string validate_report(const json& r, const ReportExpectations& expect) {
         r["seed"].get<std::uint64_t>() != *expect.seed)
       return "the report's seed differs from the seed the grader supplied";
   }
+  if (const std::string changed = environment_problem(r, expect); !changed.empty()) return changed;
   if (!r.contains("tests") || !r["tests"].is_array()) return "the report has no tests list";
   for (const auto& t : r["tests"]) {
     if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("status") ||
@@ -285,6 +333,11 @@ TestRun run_test_binary(const TestRunOptions& o) {
     env = inherited_environment(set, {"WB_TEST_REPORT", "WB_REPORT_NONCE"});
   }
 
+  // What the tests will read (before env moves): the process's environment, and the NAME=value
+  // words of a wrapper that sets more (the sanitizer runs' `env WB_SANITIZE_TOOL=racecheck`).
+  std::map<std::string, std::string> steering = steering_variables(env);
+  for (const auto& [name, value] : steering_variables(o.wrapper)) steering[name] = value;
+
   ProcessSpec spec;
   spec.argv = o.wrapper;
   spec.argv.push_back(fs::absolute(o.binary).string());
@@ -304,6 +357,9 @@ TestRun run_test_binary(const TestRunOptions& o) {
     }
   }
   ReportExpectations expect{binary_name, o.chapter_id, nonce, o.seed};
+  expect.environment = steering;
+  const auto quick = steering.find("WB_QUICK");
+  expect.quick_expected = !o.wrapper.empty() || (quick != steering.end() && !quick->second.empty() && quick->second != "0");
   TestRun run = interpret_test_run(o.kind, process, text, expect);
   run.timeout_s = o.limits.timeout_s;
   if (run.outcome == RunOutcome::timeout) run.problem = binary_name + " " + process.describe(o.limits.timeout_s);

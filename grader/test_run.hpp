@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,6 +98,11 @@ struct ReportExpectations {
   std::string chapter_id;
   std::string nonce;
   std::optional<std::uint64_t> seed;
+  // The variables that steer the tests (wb::kTestEnvironmentNames) as the grader started the
+  // process with them, a name absent when unset; nullopt: not checked. A report that carries
+  // other values was written by a process whose code changed its own environment.
+  std::optional<std::map<std::string, std::string>> environment;
+  bool quick_expected = false;  // the run asked for the quick form (under a sanitizer, WB_QUICK)
 };
 TestRun interpret_test_run(const std::string& kind, const ProcessResult& process,
                            const std::optional<std::string>& report_text,

@@ -60,7 +60,7 @@ std::string default_hint(const std::string& reason, const TestRun* run) {
     return "chapter code must not call exit(), abort() or std::terminate: report errors by "
            "throwing (WB_CUDA does) so the test can say what went wrong";
   if (reason == "invalid_report")
-    return "chapter code must not touch the test harness, its report or the process's exit";
+    return "chapter code must not touch the test harness, its report, its environment or the process's exit";
   if (reason == "cuda_fault")
     return "a kernel touched memory outside its buffers: check the bounds test of the last "
            "block and the index arithmetic; `compute-sanitizer` names the line";

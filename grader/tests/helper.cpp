@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "wb/test_environment.hpp"
+
 extern char** environ;
 
 namespace {
@@ -74,6 +76,18 @@ int report(const std::string& mode, const char* argv0) {
   json r = {{"schema", "workbook-test-report/1"}, {"binary", binary}, {"chapter", chapter}, {"build", "student"},
             {"seed", seed}, {"device", "Test GPU"}, {"tests", tests}, {"summary", summary}};
   if (!nonce.empty()) r["nonce"] = nonce;
+  // The environment as test_main reports it, or as code in the process changed it.
+  json environment = json::object();
+  for (const char* name : wb::kTestEnvironmentNames) {
+    const char* v = std::getenv(name);
+    environment[name] = v ? json(v) : json(nullptr);
+  }
+  bool quick = !env("WB_QUICK").empty() && env("WB_QUICK") != "0";
+  if (mode == "set-quick") environment["WB_QUICK"] = "1", quick = true;  // setenv before main
+  if (mode == "unset-data-dir") environment["WB_DATA_DIR"] = nullptr;   // unsetenv before main
+  if (mode == "sanitizer-quick") quick = true;  // a sanitizer's variable set by the code under test
+  r["environment"] = environment;
+  r["quick"] = quick;
   if (!path.empty()) std::ofstream(path) << r.dump(1);
   if (mode != "no-summary")
     std::cout << "[doctest] test cases: " << tests.size() << " | " << tests.size() - doctest_failed

@@ -66,6 +66,26 @@ TEST_CASE("a report with another nonce or seed is not trusted") {
   CHECK(seed.problem.find("seed") != std::string::npos);
 }
 
+TEST_CASE("a report whose tests read another environment than the grader gave is not trusted") {
+  // Code in the test process (a static initializer's setenv) switched the suite to its quick
+  // form, which leaves out the largest cases, or hid the checkpoint the end-to-end cases need.
+  const TestRun quick = run_as_test("set-quick");
+  CHECK(quick.outcome == RunOutcome::invalid_report);
+  CHECK(quick.problem.find("the tests read WB_QUICK as '1', but the grader started them with unset") == 0);
+  CHECK(quick.problem.find("chapter code must leave the environment alone") != std::string::npos);
+  const TestRun sanitizer = run_as_test("sanitizer-quick");
+  CHECK(sanitizer.outcome == RunOutcome::invalid_report);
+  CHECK(sanitizer.problem.find("quick form") != std::string::npos);
+  ::setenv("WB_DATA_DIR", "/data/llama2c", 1);
+  const TestRun data = run_as_test("unset-data-dir");
+  const TestRun honest = run_as_test("pass");
+  ::unsetenv("WB_DATA_DIR");
+  CHECK(data.outcome == RunOutcome::invalid_report);
+  CHECK(data.problem.find("WB_DATA_DIR as unset, but the grader started them with '/data/llama2c'") !=
+        std::string::npos);
+  CHECK(honest.outcome == RunOutcome::completed);  // the same environment, read back unchanged
+}
+
 TEST_CASE("a run that ends early or disagrees with itself is not trusted") {
   const TestRun early = run_as_test("exit-early");
   CHECK(early.outcome == RunOutcome::no_report);
