@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "grader/util.hpp"
@@ -121,8 +122,10 @@ std::map<std::string, std::string> steering_variables(const std::vector<std::str
   for (const std::string& kv : env) {
     const std::size_t eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    for (const char* name : wb::kTestEnvironmentNames)
-      if (kv.compare(0, eq, name) == 0 && eq == std::string(name).size()) out[name] = kv.substr(eq + 1);
+    const std::string name = kv.substr(0, eq);
+    if (std::find(wb::kTestEnvironmentNames.begin(), wb::kTestEnvironmentNames.end(), name) !=
+        wb::kTestEnvironmentNames.end())
+      out[name] = kv.substr(eq + 1);
   }
   return out;
 }
@@ -359,7 +362,8 @@ TestRun run_test_binary(const TestRunOptions& o) {
   ReportExpectations expect{binary_name, o.chapter_id, nonce, o.seed};
   expect.environment = steering;
   const auto quick = steering.find("WB_QUICK");
-  expect.quick_expected = !o.wrapper.empty() || (quick != steering.end() && !quick->second.empty() && quick->second != "0");
+  expect.quick_expected =
+      !o.wrapper.empty() || (quick != steering.end() && wb::switched_on(quick->second));
   TestRun run = interpret_test_run(o.kind, process, text, expect);
   run.timeout_s = o.limits.timeout_s;
   if (run.outcome == RunOutcome::timeout) run.problem = binary_name + " " + process.describe(o.limits.timeout_s);

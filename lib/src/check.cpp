@@ -55,8 +55,7 @@ void cuda_check(cudaError_t err, const char* expression, const char* file, int l
 }
 
 bool debug_sync_enabled() {
-  const std::optional<std::string> v = test_environment("WB_DEBUG_SYNC");
-  return v && !v->empty() && *v != "0";
+  return switched_on(test_environment("WB_DEBUG_SYNC"));
 }
 
 void check_launch(const char* kernel, const char* file, int line) {

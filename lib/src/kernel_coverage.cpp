@@ -18,8 +18,6 @@
 #include "wb/device.hpp"
 #include "wb/test_environment.hpp"
 
-
-
 namespace wb::coverage {
 namespace {
 
@@ -61,8 +59,6 @@ std::string cupti_error(const char* what, CUptiResult r) {
   cuptiGetResultString(r, &text);
   return std::string(what) + " failed: " + (text ? text : "unknown CUPTI error");
 }
-
-bool under_sanitizer() { return started_under_sanitizer(); }
 
 // Every symbol name of the ELF file at `path` (.symtab, else .dynsym).
 std::vector<std::string> elf_symbol_names(const std::string& path, std::string* why_not) {
@@ -131,7 +127,7 @@ std::string start_recording() {
   const std::lock_guard lock(g_mutex);
   if (g_started) return g_status;
   g_started = true;
-  if (under_sanitizer()) return g_status = "running under compute-sanitizer (CUPTI is its own)";
+  if (started_under_sanitizer()) return g_status = "running under compute-sanitizer (CUPTI is its own)";
   if (!has_cuda_device()) return g_status = "no CUDA device";
   if (const CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
       r != CUPTI_SUCCESS)
@@ -184,10 +180,7 @@ std::string this_build() {
 }
 
 // Both read the environment as it was when the tests started (wb/test_environment.hpp).
-bool quick() {
-  const std::optional<std::string> q = test_environment("WB_QUICK");
-  return (q && !q->empty() && *q != "0") || under_sanitizer();
-}
+bool quick() { return switched_on(test_environment("WB_QUICK")) || started_under_sanitizer(); }
 
 bool racecheck() { return test_environment("WB_SANITIZE_TOOL") == "racecheck"; }
 

@@ -38,10 +38,6 @@
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
 
-namespace ch07_build {
-const char* name();  // "solution", "student", "fast", "wrong" or "variant" (build_info.cpp)
-}  // namespace ch07_build
-
 namespace {
 
 using ch07::SamplingParams;
@@ -1232,7 +1228,7 @@ bool skip_cpu_step_under_racecheck() {
 // in every build but the student's, where they would earn points for code the student did
 // not write (and a fresh clone would read "in progress" instead of "to do").
 bool skip_given_step_for_student() {
-  if (std::string(ch07_build::name()) != "student") return false;
+  if (wb::coverage::this_build() != "student") return false;
   wb::testing::mark_skipped("skipped: step 1 (sample_cpu) is given code, not graded; the reference build checks it");
   return true;
 }

@@ -11,7 +11,6 @@
 #include "wb/check.hpp"
 #include "wb/testing.hpp"
 #include "wb/timing.hpp"
-#include "wb/upload.hpp"
 
 namespace {
 

@@ -28,4 +28,9 @@ std::optional<std::string> test_environment(const std::string& name);
 // Whether compute-sanitizer's variables were in the environment at the snapshot.
 bool started_under_sanitizer();
 
+// A variable used as a switch (WB_QUICK, WB_DEBUG_SYNC) is on when set to anything but "" or "0".
+inline bool switched_on(const std::optional<std::string>& value) {
+  return value && !value->empty() && *value != "0";
+}
+
 }  // namespace wb
