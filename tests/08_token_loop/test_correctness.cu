@@ -285,6 +285,9 @@ TEST_CASE("RoPE + append with every array ending where its allocation ends") {
 struct AttCase {
   int n_heads, n_kv_heads, head_size, seq_len, pos;
   float q_scale = 1.0f;  // q ~ N(0, q_scale): the scores' standard deviation
+  // q ~ N(-key_mean, q_scale) and keys ~ N(+key_mean, 1): every score near
+  // -sqrt(head_size) * key_mean^2, far below zero (a max that starts at 0 underflows them all).
+  float key_mean = 0.0f;
 };
 
 ref::AttentionProblem make_attention(const AttCase& c, const std::string& label) {
@@ -296,8 +299,8 @@ ref::AttentionProblem make_attention(const AttCase& c, const std::string& label)
   p.pos = c.pos;
   auto rng = wb::rng_for(label);
   const std::size_t kv = std::size_t(p.kv_dim());
-  p.q = wb::random_normal(std::size_t(c.n_heads) * c.head_size, 0.0f, c.q_scale, rng);
-  p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, 0.0f, 1.0f, rng);
+  p.q = wb::random_normal(std::size_t(c.n_heads) * c.head_size, -c.key_mean, c.q_scale, rng);
+  p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, c.key_mean, 1.0f, rng);
   p.value_cache = wb::random_normal(std::size_t(c.seq_len) * kv, 0.0f, 1.0f, rng);
   // Rows past pos: what a cache holds there (stale positions, or never written): garbage.
   // Row pos + 1 is NaN throughout, later rows a mix of NaN, +-1e30, +-inf and large values.
@@ -369,16 +372,21 @@ constexpr wb::Tolerance kAttTol{2e-5, 1e-4};
 constexpr wb::Tolerance kAttLargeTol{2e-3, 1e-3};
 
 void check_attention(const AttCase& c, bool at_end = false) {
-  const bool large = c.q_scale > 1.0f;
+  const bool negative = c.key_mean != 0.0f;
+  const bool large = c.q_scale > 1.0f || negative;
   const ref::AttentionProblem p =
       make_attention(c, "ch08/attention/" + std::to_string(c.n_heads) + "/" +
                             std::to_string(c.n_kv_heads) + "/" + std::to_string(c.head_size) +
                             "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
-                            (large ? "/large" : "") + (at_end ? "/at-end" : ""));
-  const std::string what = "ch08 attention, " + ref::describe(p) +
-                           (large ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
-                           (at_end ? " (arrays at the end of their allocations)" : "") + ", " +
-                           seed_text();
+                            (c.q_scale > 1.0f ? "/large" : "") + (negative ? "/negative" : "") +
+                            (at_end ? "/at-end" : ""));
+  const std::string what =
+      "ch08 attention, " + ref::describe(p) +
+      (c.q_scale > 1.0f ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
+      (negative ? " (every score far below zero, near -" +
+                      std::to_string(int(std::sqrt(float(c.head_size)) * c.key_mean * c.key_mean)) + ")"
+                : "") +
+      (at_end ? " (arrays at the end of their allocations)" : "") + ", " + seed_text();
   bool failed = false;
   const std::vector<float> got = run_attention(p, at_end, what, &failed);
   if (failed) return;
@@ -426,7 +434,12 @@ void check_attention(const AttCase& c, bool at_end = false) {
   };
   bool non_finite = false;
   for (std::size_t i = 0; i < got.size(); ++i) non_finite |= !std::isfinite(got[i]);
-  if (non_finite && large) {
+  if (non_finite && negative) {
+    diagnosis = "The output has NaN/inf where the reference is finite: every exp underflowed. "
+                "Every score here is below -88, so expf(s) is 0 in float, the sum is 0 and 0 / 0 "
+                "= NaN. rule: subtract the row's max score, the largest s_t itself (start the "
+                "running max at -inf, not at 0): then the largest term is exp(0) = 1. ";
+  } else if (non_finite && large) {
     diagnosis = "The output has NaN/inf where the reference is finite: exp overflowed. These "
                 "scores reach ~" + std::to_string(int(3 * c.q_scale)) + ", and expf(89) is "
                 "already inf in float (inf / inf = NaN). rule: subtract each row's max score "
@@ -456,7 +469,8 @@ TEST_CASE("attention: positions 0, 1, a few hundred and the full context, garbag
       {8, 4, 32, 128, 100},   {16, 16, 128, 1024, 777},
       {32, 8, 128, 2048, 2047}, {32, 8, 128, 2048, 5},
       {4, 1, 16, 64, 63},     {3, 1, 5, 33, 20},      {2, 1, 1, 17, 16},   // odd and tiny heads
-      {1, 1, 100, 1, 0},      {5, 5, 33, 1000, 999}};
+      {1, 1, 100, 1, 0},      {5, 5, 33, 1000, 999},
+      {2, 1, 160, 64, 40},    {4, 2, 256, 300, 299}};  // heads longer than a block of 128 threads
   for (const AttCase& c : cases) check_attention(c);
 }
 
@@ -466,6 +480,16 @@ TEST_CASE("attention with large scores (~N(0, 50), max ~150): the softmax must n
   for (const AttCase& c : std::vector<AttCase>{{8, 2, 64, 512, 511, 50.0f},
                                                {4, 4, 128, 300, 299, 50.0f},
                                                {12, 4, 32, 64, 63, 50.0f}})
+    check_attention(c);
+}
+
+TEST_CASE("attention with every score far below zero (~-130): the softmax must not underflow") {
+  WB_REQUIRE_GPU();
+  // Scores near -sqrt(head_size) * key_mean^2: exp of every one is 0 in float unless the max is
+  // subtracted, so a running max that starts at 0 instead of -inf gives 0 / 0.
+  for (const AttCase& c : std::vector<AttCase>{{4, 2, 64, 128, 127, 1.0f, 4.0f},
+                                               {2, 2, 16, 32, 0, 1.0f, 6.0f},
+                                               {8, 1, 128, 64, 50, 1.0f, 3.5f}})
     check_attention(c);
 }
 

@@ -175,6 +175,18 @@ TEST_CASE("StepGraph: a throwing enqueue_step ends the capture; bad calls throw"
   g.replay(s);
   WB_CUDA(cudaStreamSynchronize(s));
   CHECK(value.download()[0] == 3);
+  // A failed capture after a good one keeps nothing either: capture() has already let the old
+  // graph go, so the handles must not still name it (a replay would launch a destroyed graph,
+  // and the destructor would destroy it twice).
+  try {
+    g.capture([](cudaStream_t) { throw std::runtime_error("enqueue_step failed on purpose"); }, s);
+  } catch (const std::runtime_error&) {
+  }
+  CHECK_MESSAGE(!g.captured(), "ch08 StepGraph: rule: after a failed capture nothing is kept. A good capture, "
+                               "then one whose enqueue_step threw, and captured() is still true\nhint: when "
+                               "capture() destroys the old exec_ and graph_, set them to nullptr at once, "
+                               "before the new capture can throw");
+  CHECK_THROWS_AS(g.replay(s), std::logic_error);
   WB_CUDA(cudaStreamDestroy(s));
 }
 
