@@ -7,12 +7,14 @@
 
 #include <exception>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../lib/captured_graph.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "gelu.cuh"
 #include "reference.hpp"
@@ -226,6 +228,65 @@ TEST_CASE("bad arguments are rejected with a message that names them") {
   // n == 0 is not an error: nothing to do, whatever the pointers.
   ch05::gelu_fused(nullptr, nullptr, 0, nullptr);
   WB_CUDA(cudaDeviceSynchronize());
+}
+
+// gelu.cuh: "all work enqueued on `stream`". The call is captured into a CUDA graph on a
+// stream of the test's own and replayed on new inputs (tests/lib/captured_graph.hpp says what
+// that catches: work on the legacy default stream or another stream, a synchronize, an
+// allocation). The read-back above only races with such work, which may win.
+void check_graph(Impl impl, std::size_t n) {
+  const std::string what = std::string("ch05 ") + name_of(impl) + " GELU captured into a CUDA graph, n = " +
+                           std::to_string(n) + ", seed " + std::to_string(wb::base_seed());
+  wb::GuardedBuffer<float> x_buf(n), y_buf(n), scratch(ch05::gelu_unfused_scratch_count(n));
+  cudaStream_t stream = nullptr;
+  WB_CUDA(cudaStreamCreate(&stream));  // blocking: a launch on the legacy stream breaks the capture
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } guard{stream};
+  std::unique_ptr<wb::testing::CapturedGraph> graph;
+  try {
+    graph = std::make_unique<wb::testing::CapturedGraph>(stream, [&](cudaStream_t s) {
+      if (impl == Impl::Fused)
+        ch05::gelu_fused(x_buf.data(), y_buf.data(), n, s);
+      else
+        ch05::gelu_unfused(x_buf.data(), y_buf.data(), scratch.data(), n, s);
+    });
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(what << ": capturing the call failed: " << first_line(e) << "\n"
+                    << wb::testing::kEverythingOnStreamHint);
+    return;
+  }
+  for (int replay = 1; replay <= 2; ++replay) {
+    const std::vector<float> x =
+        ch05::reference::random_inputs(n, "ch05/graph/" + std::to_string(n) + "/" + std::to_string(replay));
+    WB_CUDA(cudaMemcpyAsync(x_buf.data(), x.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
+    y_buf.poison(stream);
+    scratch.poison(stream);
+    graph->replay(stream);
+    std::vector<float> y(n);
+    WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    WB_CUDA(cudaStreamSynchronize(stream));
+    const std::string failure = check_gelu(x, y, gelu_tanh(x), what + " (replay " + std::to_string(replay) + ")");
+    if (!failure.empty()) {
+      FAIL_CHECK(failure << "\nThe graph holds only what the call enqueued on `stream`: work that went "
+                            "elsewhere ran once, while the call was captured, and not in the replay.\n"
+                         << wb::testing::kEverythingOnStreamHint);
+      return;
+    }
+  }
+}
+
+TEST_CASE("fused and unfused GELU captured into a CUDA graph: all work on the given stream") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const std::size_t n : {std::size_t(4099), std::size_t((1 << 20) + 3)}) check_graph(impl, n);
 }
 
 // After the others: a float4 access to a misaligned address is a sticky CUDA error that ends

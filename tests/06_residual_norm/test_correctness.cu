@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../lib/captured_graph.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "add_norm.cuh"
 #include "reference.hpp"
@@ -63,12 +65,17 @@ template <> struct Type<__nv_bfloat16> {
 // Where each array starts inside its allocation, in elements: 1 makes a view that is not
 // 16-byte aligned; each pointer gets its own offset.
 struct Offsets {
-  std::size_t x = 0, delta = 0, r = 0, h = 0;
+  std::size_t x = 0, delta = 0, r = 0, h = 0, weight = 0, bias = 0;
 };
 
 struct Output {
   std::vector<float> r, h;
+  bool ran = true;  // false: the call failed, and the test has already said why
 };
+
+// How the test enqueues the call: directly on a non-blocking stream, or captured into a CUDA
+// graph on a blocking stream and replayed (all work on `stream`: tests/lib/captured_graph.hpp).
+enum class Launch { Direct, Graph };
 
 template <typename T>
 std::string what_of(Impl impl) {
@@ -78,21 +85,25 @@ std::string what_of(Impl impl) {
 // Runs one add + norm on the GPU (both kernels for Impl::Unfused) and returns r and h (h
 // widened to float). Fails the test when a guard band or an input changed.
 template <typename T>
-Output run(Impl impl, const Problem& p, Offsets off = {}) {
+Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch::Direct) {
   const std::size_t n = std::size_t(p.rows) * p.dim;
   const std::string what = what_of<T>(impl) + ", " + ch06::reference::describe(p);
   wb::GuardedBuffer<float> x_buf(n + off.x), r_buf(n + off.r);
   wb::GuardedBuffer<T> delta_buf(n + off.delta), h_buf(n + off.h);
-  wb::GuardedBuffer<float> weight_buf(std::span<const float>(p.weight)),
-      bias_buf(std::span<const float>(p.bias));
+  wb::GuardedBuffer<float> weight_buf(p.weight.size() + off.weight), bias_buf(p.bias.size() + off.bias);
   std::vector<T> delta_typed(n);
   for (std::size_t i = 0; i < n; ++i) delta_typed[i] = Type<T>::narrow(p.delta[i]);
   // upload_bytes waits for the copy's DMA: the kernel below runs on a non-blocking stream,
   // which nothing orders after a plain cudaMemcpy (it once read delta's NaN poison so).
   wb::upload_bytes(x_buf.data() + off.x, p.x.data(), n * sizeof(float));
   wb::upload_bytes(delta_buf.data() + off.delta, delta_typed.data(), n * sizeof(T));
+  wb::upload_bytes(weight_buf.data() + off.weight, p.weight.data(), p.weight.size() * sizeof(float));
+  wb::upload_bytes(bias_buf.data() + off.bias, p.bias.data(), p.bias.size() * sizeof(float));
   cudaStream_t stream = nullptr;
-  WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (launch == Launch::Graph)
+    WB_CUDA(cudaStreamCreate(&stream));  // blocking: a launch on the legacy stream breaks the capture
+  else
+    WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct StreamGuard {
     cudaStream_t s;
     ~StreamGuard() { cudaStreamDestroy(s); }
@@ -102,18 +113,41 @@ Output run(Impl impl, const Problem& p, Offsets off = {}) {
 
   NormParams params;
   params.norm = p.norm;
-  params.weight = weight_buf.data();
-  params.bias = p.norm == Norm::LayerNorm ? bias_buf.data() : nullptr;
+  params.weight = weight_buf.data() + off.weight;
+  params.bias = p.norm == Norm::LayerNorm ? bias_buf.data() + off.bias : nullptr;
   params.eps = p.eps;
   const float* x = x_buf.data() + off.x;
   const T* delta = delta_buf.data() + off.delta;
   float* r = r_buf.data() + off.r;
   T* h = h_buf.data() + off.h;
-  if (impl == Impl::Fused) {
-    ch06::add_norm_fused(x, delta, r, h, p.rows, p.dim, params, stream);
+  const auto enqueue = [&](cudaStream_t s) {
+    if (impl == Impl::Fused) {
+      ch06::add_norm_fused(x, delta, r, h, p.rows, p.dim, params, s);
+    } else {
+      ch06::residual_add(x, delta, r, n, s);
+      ch06::norm_rows(r, h, p.rows, p.dim, params, s);
+    }
+  };
+  if (launch == Launch::Direct) {
+    enqueue(stream);
   } else {
-    ch06::residual_add(x, delta, r, n, stream);
-    ch06::norm_rows(r, h, p.rows, p.dim, params, stream);
+    std::unique_ptr<wb::testing::CapturedGraph> graph;
+    try {
+      graph = std::make_unique<wb::testing::CapturedGraph>(stream, enqueue);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::exception& e) {
+      const std::string error = e.what();
+      FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed()
+                         << ": capturing the call into a CUDA graph failed: " << error.substr(0, error.find('\n'))
+                         << "\n" << wb::testing::kEverythingOnStreamHint);
+      return Output{{}, {}, false};
+    }
+    // Work that escaped the stream ran once, during the capture: poison its outputs again, so
+    // that only what the replay writes counts.
+    r_buf.poison(stream);
+    h_buf.poison(stream);
+    graph->replay(stream);
   }
   // Read back on the same (non-blocking) stream: work that escaped it races with the copy.
   Output out{std::vector<float>(n), std::vector<float>(n)};
@@ -138,8 +172,8 @@ Output run(Impl impl, const Problem& p, Offsets off = {}) {
   const std::string read_only_hint =
       ".\nhint: x, delta, weight and bias are inputs (const pointers): write r and h only.";
   for (const std::string& change :
-       {x_buf.input_change(p.x, "x", off.x), weight_buf.input_change(p.weight, "weight"),
-        bias_buf.input_change(p.bias, "bias")})
+       {x_buf.input_change(p.x, "x", off.x), weight_buf.input_change(p.weight, "weight", off.weight),
+        bias_buf.input_change(p.bias, "bias", off.bias)})
     if (!change.empty())
       FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed()
                          << ": rule: inputs are read-only. The kernel " << change
@@ -156,8 +190,10 @@ Output run(Impl impl, const Problem& p, Offsets off = {}) {
 
 // Runs and checks r (bit for bit) and h (against the double reference).
 template <typename T>
-void check(Impl impl, const Problem& p, Offsets off = {}, const std::string& extra = "") {
-  const Output out = run<T>(impl, p, off);
+void check(Impl impl, const Problem& p, Offsets off = {}, const std::string& extra = "",
+           Launch launch = Launch::Direct) {
+  const Output out = run<T>(impl, p, off, launch);
+  if (!out.ran) return;
   const std::string what = what_of<T>(impl) + extra;
   const std::string r_failure = ch06::reference::check_residual(p, out.r, what);
   if (!r_failure.empty()) FAIL_CHECK(r_failure);
@@ -254,12 +290,32 @@ TEST_CASE("views that are not 16-byte aligned, each pointer on its own") {
   WB_REQUIRE_GPU();
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
     for (const Offsets off : std::vector<Offsets>{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0},
-                                                  {0, 0, 0, 1}, {3, 2, 1, 3}}) {
+                                                  {0, 0, 0, 1}, {0, 0, 0, 0, 1, 0}, {0, 0, 0, 0, 0, 2},
+                                                  {3, 2, 1, 3, 1, 3}}) {
       const std::string where = " (views x+" + std::to_string(off.x) + ", delta+" +
                                 std::to_string(off.delta) + ", r+" + std::to_string(off.r) +
-                                ", h+" + std::to_string(off.h) + ")";
+                                ", h+" + std::to_string(off.h) + ", weight+" + std::to_string(off.weight) +
+                                ", bias+" + std::to_string(off.bias) + ")";
       check<float>(impl, problem<float>(6, 2560, Norm::LayerNorm, Data::Typical, "views"), off, where);
       check<__half>(impl, problem<__half>(5, 768, Norm::RMSNorm, Data::Typical, "views"), off, where);
+    }
+}
+
+// add_norm.cuh: "all work enqueued on `stream`". Each call is captured into a CUDA graph and
+// replayed, through every path of the reference (warp per row, block per row, unaligned rows,
+// rows longer than a block holds).
+TEST_CASE("fused and unfused add + norm captured into a CUDA graph: all work on the given stream") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : std::vector<Shape>{{33, 768}, {9, 2560}, {5, 1001}, {5, 2561}, {1, 20000}}) {
+      check<float>(impl, problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::Typical, "graph"), {},
+                   " (captured into a CUDA graph, then replayed)", Launch::Graph);
+      check<__half>(impl, problem<__half>(s.rows, s.dim, Norm::RMSNorm, Data::Typical, "graph"), {},
+                    " (captured into a CUDA graph, then replayed)", Launch::Graph);
     }
 }
 
