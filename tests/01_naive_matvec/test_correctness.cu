@@ -69,6 +69,21 @@ TEST_CASE("launch_matvec: d*n past 2^31 floats (64-bit index arithmetic)") {
   WB_CHECK_RESULT(r.result);
 }
 
+// The case above catches int offsets; an UNSIGNED 32-bit offset (blockIdx.x * n) passes it and
+// wraps only at 2^32 floats. 17.2 GB of W made on the device (nothing crosses PCIe), skipped
+// on a GPU without the memory; the host's threads check all rows in about a second.
+TEST_CASE("launch_matvec: d*n past 2^32 floats (no 32-bit unsigned wrap either)") {
+  WB_REQUIRE_GPU();
+  const auto r = matvec_edges::check_huge(ch01_adapters::kLaunch, matvec_edges::kHuge32Cols,
+                                          matvec_edges::kHuge32Rows, "01", matvec_edges::kWrapRule,
+                                          matvec_edges::kWrapHint);
+  if (!r.skipped.empty()) {
+    wb::testing::mark_skipped(r.skipped);
+    return;
+  }
+  WB_CHECK_RESULT(r.result);
+}
+
 TEST_CASE("launch_matvec: the model's shapes (multiples of 32 columns)") {
   WB_REQUIRE_GPU();
   check_kernel_shapes({{288, 288}, {2048, 768}, {768, 2048}, {32000, 288}, {512, 64}});
@@ -102,6 +117,13 @@ TEST_CASE("matvec_naive: out = W x from host memory") {
         {"01", "matvec_naive", "the kernel passes on its own, so look at the copies: W is d*n "
                                "floats, x is n floats, out is d floats."}));
   }
+}
+
+// The tests above use pageable std::vectors, where even a cudaMemcpyAsync back waits for the
+// copy; with pinned memory only a synchronizing wrapper has out ready when it returns.
+TEST_CASE("matvec_naive: W, x and out in pinned host memory (out is ready when it returns)") {
+  WB_REQUIRE_GPU();
+  WB_CHECK_RESULT(matvec_edges::check_pinned_host(ch01_adapters::kNaive, 768, 32000, "01", "matvec_naive"));
 }
 
 namespace {

@@ -146,6 +146,16 @@ TEST_CASE("PreallocatedMatvec: one object, shapes that grow and shrink") {
   }
 }
 
+// Every other wrapper test uses pageable std::vectors, where even a cudaMemcpyAsync back waits
+// for the copy; with pinned memory only a synchronizing matvec has out ready when it returns.
+TEST_CASE("PreallocatedMatvec: W, x and out in pinned host memory (out is ready when matvec returns)") {
+  WB_REQUIRE_GPU();
+  ch02::PreallocatedMatvec p;
+  WB_CHECK_RESULT(matvec_edges::check_pinned_host(
+      [&p](float* out, const float* x, const float* W, int n, int d) { p.matvec(out, x, W, n, d); }, 768, 32000,
+      "02", "PreallocatedMatvec::matvec"));
+}
+
 TEST_CASE("rule: no cudaMalloc/cudaFree per call after warmup") {
   WB_REQUIRE_GPU();
   if (!api_counting_or_skip()) return;

@@ -176,8 +176,16 @@ TEST_CASE("matvec with a W outside the loaded weights is an error") {
   // The valid call first, outside any CHECK: a matvec still to do throws NotImplemented here,
   // and the case reads "to do" instead of "threw the wrong exception".
   p.matvec(out.data(), x.data(), weights.data() + 900, 10, 10);  // the last 100 floats
-  CHECK_THROWS_AS(p.matvec(out.data(), x.data(), other.data(), 10, 10), std::invalid_argument);
-  CHECK_THROWS_AS(p.matvec(out.data(), x.data(), weights.data() + 995, 10, 10), std::invalid_argument);  // runs past the end
+  CHECK_THROWS_AS_MESSAGE(p.matvec(out.data(), x.data(), other.data(), 10, 10), std::invalid_argument,
+                          "chapter 03: rule: matvec throws std::invalid_argument when W is not inside the loaded "
+                          "weights. A W in another array did not throw.\nhint: call offset_inside(W, n*d, "
+                          "host_weights_, weight_count_) from persistent.hpp; it throws for you.");
+  // Starts inside (the last 5 floats) but its 100 floats run 95 past the end: both ends count.
+  CHECK_THROWS_AS_MESSAGE(p.matvec(out.data(), x.data(), weights.data() + 995, 10, 10), std::invalid_argument,
+                          "chapter 03: rule: every float of W lies inside the loaded weights, its end too. A 10x10 W "
+                          "starting 5 floats before the end of 1000 loaded floats did not throw (the kernel would "
+                          "read 95 floats past the device copy).\nhint: check W + n*d <= base + count as well as "
+                          "W >= base, or call offset_inside(W, n*d, host_weights_, weight_count_).");
 }
 
 TEST_CASE("load again replaces the weights: same pointer, new values (and the old copy is freed)") {
@@ -246,6 +254,19 @@ TEST_CASE("PersistentMatvec: same pointers, new activations, every call") {
       FAIL("chapter 03: rule: same pointer, new values. Call " << call + 1 << " moved " << c.bytes_h2d
            << " bytes host-to-device; x is " << n * sizeof(float) << " bytes\nhint: copy x (n floats) up on every call.");
   }
+}
+
+// Every other matvec test uses pageable std::vectors, where even a cudaMemcpyAsync back waits
+// for the copy; with pinned memory only a synchronizing matvec has out ready when it returns.
+TEST_CASE("PersistentMatvec: x and out in pinned host memory (out is ready when matvec returns)") {
+  WB_REQUIRE_GPU();
+  ch03::PersistentMatvec p;
+  WB_CHECK_RESULT(matvec_edges::check_pinned_host(
+      [&p](float* out, const float* x, const float* W, int n, int d) {
+        p.load(W, std::size_t(n) * std::size_t(d));  // W is the whole model here
+        p.matvec(out, x, W, n, d);
+      },
+      768, 32000, "03", "PersistentMatvec::matvec"));
 }
 
 TEST_CASE("release frees every buffer, and twice is harmless (sizes counted, loads, reloads, calls)") {

@@ -10,7 +10,10 @@
 //     so one element read or written past either end faults (FencedBuffer);
 //   - tall: more rows than a grid's y or z dimension holds (65535);
 //   - huge: d * n past 2^31 floats (a 151936 x 16384 classifier, 10 GB), so 32-bit index
-//     arithmetic overflows; skipped, saying so, on a GPU without the memory.
+//     arithmetic overflows; skipped, saying so, on a GPU without the memory; and past 2^32
+//     floats (17 GB, W only on the device), where 32-bit unsigned arithmetic wraps;
+//   - pinned: a host wrapper with W, x and out in pinned host memory, out read the moment it
+//     returns (a missing synchronization shows only there).
 //
 // Inputs: |v| in [0.25, 0.75) with a random sign, from the seed (WB_SEED reproduces them).
 // One term left out or counted twice moves its row by at least 1/16, far beyond any
@@ -264,6 +267,16 @@ const std::string kIndexHint =
                 "flat index or grid-stride loop over all of W in std::size_t; a grid capped at "
                 "some maximum must loop until every row is done.");
 
+// Past 2^32 (kHuge32Rows x kHuge32Cols): an offset computed in 32-bit UNSIGNED arithmetic
+// (blockIdx.x * n: blockIdx.x is an unsigned int) never goes negative, so it survives the
+// 2^31 check above, but it wraps to 0 at 2^32 and the rows after that read the first rows.
+const std::string kWrapRule = "rule: 64-bit index arithmetic (d*n may exceed 2^32, where unsigned int wraps)";
+const std::string kWrapHint =
+    "hint: blockIdx.x is an unsigned int, so blockIdx.x * n is computed in 32 bits: it does not go "
+    "negative past 2^31, it wraps to 0 at 2^32 (here from row 2^32 / n on, which reads row 0 "
+    "again). Widen before you multiply: std::size_t(blockIdx.x) * std::size_t(n); an unsigned "
+    "or int result cast to std::size_t afterwards is already wrapped.";
+
 struct HugeCheck {
   wb::CompareResult result;
   std::string skipped;  // why the check could not run here (not enough memory); empty when it ran
@@ -272,7 +285,9 @@ struct HugeCheck {
 // d * n > 2^31 floats on the device: W generated there (hashed_value), the reference on the
 // host's threads. W is exactly d*n*4 bytes of cudaMalloc (151936 x 16384 floats is a whole
 // number of 2 MiB pages, so W ends where its allocation ends).
-inline HugeCheck check_huge(const wb::model::DeviceMatvec& launch, int n, int d, const std::string& chapter) {
+// `rule` and `hint` name the overflow the shape is there to catch (2^31 by default).
+inline HugeCheck check_huge(const wb::model::DeviceMatvec& launch, int n, int d, const std::string& chapter,
+                            const std::string& rule = kIndexRule, const std::string& hint = kIndexHint) {
   HugeCheck out;
   const std::size_t count = std::size_t(d) * std::size_t(n);
   const std::size_t need = count * sizeof(float) + (std::size_t(512) << 20);
@@ -281,7 +296,7 @@ inline HugeCheck check_huge(const wb::model::DeviceMatvec& launch, int n, int d,
   if (free_bytes < need) {
     out.skipped = "skipped: " + detail::shape_of(n, d) + " needs " + std::to_string(need >> 20) +
                   " MiB of device memory, this GPU has " + std::to_string(free_bytes >> 20) +
-                  " MiB free (the check of index arithmetic past 2^31 runs on GPUs with more memory)";
+                  " MiB free (this check of index arithmetic runs on GPUs with more memory)";
     return out;
   }
   const std::string label = "ch" + chapter + "/edges/huge/" + std::to_string(d) + "x" + std::to_string(n);
@@ -298,17 +313,17 @@ inline HugeCheck check_huge(const wb::model::DeviceMatvec& launch, int n, int d,
     WB_CUDA(cudaDeviceSynchronize());
     if (const std::string overrun = y.overrun("y"); !overrun.empty()) {
       out.result = detail::failure("chapter " + chapter + ", launch_matvec, " + detail::shape_of(n, d) + ": " +
-                                   kIndexRule + ". The kernel " + overrun + ".\n" + kIndexHint);
+                                   rule + ". The kernel " + overrun + ".\n" + hint);
       return out;
     }
     const auto expected = detail::reference([&](std::size_t i) { return hashed_value(w_seed, i); }, x, n, d);
     out.result = detail::with_rule(
-        wb::compare(y.download(), expected, detail::spec(chapter, "launch_matvec", n, d, kIndexHint)), kIndexRule);
+        wb::compare(y.download(), expected, detail::spec(chapter, "launch_matvec", n, d, hint)), rule);
   } catch (const wb::NotImplemented&) {
     throw;  // a starter: the test reads "to do", not a failed launch
   } catch (const std::exception& e) {
     out.result = detail::failure("chapter " + chapter + ", launch_matvec, " + detail::shape_of(n, d) + ": " +
-                                 kIndexRule + ". The kernel failed: " + e.what() + "\n" + kIndexHint);
+                                 rule + ". The kernel failed: " + e.what() + "\n" + hint);
   }
   return out;
 }
@@ -366,6 +381,68 @@ inline HugeCheck check_huge_host(const HostCall& call, int n, int d, const std::
   return out;
 }
 
+// ---- Host wrappers: "when it returns, out holds the result", for any HOST memory.
+// A cudaMemcpyAsync into pageable memory (a std::vector) happens to wait until the copy is
+// done, so a wrapper that never synchronizes passes every test with std::vector outputs.
+// Into pinned memory (cudaMallocHost, which a caller may well use for faster copies) it only
+// enqueues the copy and returns. Here W, x and out are pinned and out is read the moment the
+// call returns, as the caller's next line would.
+const std::string kReturnRule =
+    "rule: when the call returns, out holds the result (W, x and out may be pinned host memory)";
+const std::string kReturnHint =
+    "hint: cudaMemcpyAsync from or into pinned memory (cudaMallocHost) only enqueues the copy and "
+    "returns at once; into pageable memory it happens to wait, which is why tests with a "
+    "std::vector out passed. Copy out back with cudaMemcpy, or call cudaStreamSynchronize(stream) "
+    "after the last cudaMemcpyAsync, before you return.";
+
+namespace detail {
+// Pinned host memory that frees itself.
+struct PinnedFloats {
+  float* p = nullptr;
+  explicit PinnedFloats(std::size_t count) { WB_CUDA(cudaMallocHost(&p, count * sizeof(float))); }
+  ~PinnedFloats() { cudaFreeHost(p); }
+  PinnedFloats(const PinnedFloats&) = delete;
+  PinnedFloats& operator=(const PinnedFloats&) = delete;
+};
+}  // namespace detail
+
+// out = W x through `call` with W, x and out in pinned host memory (out NaN-poisoned), out
+// read as soon as `call` returns. `what` names the call ("matvec_naive").
+inline wb::CompareResult check_pinned_host(const HostCall& call, int n, int d, const std::string& chapter,
+                                           const std::string& what) {
+  const std::string label = "ch" + chapter + "/edges/pinned/" + std::to_string(d) + "x" + std::to_string(n);
+  const std::string full = what + " with W, x and out in pinned host memory (cudaMallocHost)";
+  try {
+    const std::size_t count = std::size_t(d) * std::size_t(n);
+    detail::PinnedFloats W{count}, x{std::size_t(n)}, out{std::size_t(d)};
+    const std::uint64_t w_seed = seed_for(label + "/W"), x_seed = seed_for(label + "/x");
+    for (std::size_t i = 0; i < count; ++i) W.p[i] = hashed_value(w_seed, i);
+    for (std::size_t j = 0; j < std::size_t(n); ++j) x.p[j] = hashed_value(x_seed, j);
+    std::fill(out.p, out.p + d, std::numeric_limits<float>::quiet_NaN());
+    call(out.p, x.p, W.p, n, d);
+    const std::vector<float> at_return(out.p, out.p + d);  // read at once, before anything else
+    WB_CUDA(cudaDeviceSynchronize());  // let a copy still in flight land before the memory is freed
+    const std::vector<float> later(out.p, out.p + d);
+    const auto expected = wb::model::matvec_reference({W.p, count}, {x.p, std::size_t(n)}, n, d);
+    const wb::CompareSpec s = detail::spec(chapter, full, n, d, kReturnHint);
+    const wb::CompareResult r = wb::compare(at_return, expected, s);
+    if (r.ok) return r;
+    // Wrong at return but right after a synchronize: nothing but the missing wait.
+    if (wb::compare(later, expected, s).ok)
+      return detail::with_rule(r, kReturnRule + ". out was still being computed or copied when " + what +
+                                      " returned (after a cudaDeviceSynchronize it was right)");
+    return wb::compare(later, expected,
+                       detail::spec(chapter, full + ", read after a cudaDeviceSynchronize", n, d,
+                                    "hint: wrong even once every copy has landed, so not (only) a missing wait: "
+                                    "fix this wrapper's other failures first."));
+  } catch (const wb::NotImplemented&) {
+    throw;  // a starter: the test reads "to do", not a failed call
+  } catch (const std::exception& e) {
+    return detail::failure("chapter " + chapter + ", " + full + ", " + detail::shape_of(n, d) + ": " + kReturnRule +
+                           ". It failed: " + e.what());
+  }
+}
+
 // ---- The suites the chapters run (the first failure of each, or success).
 
 // Shapes: n of 1, 3, 4, 5, a warp's multiple, around 1024 and 4096 (every remainder mod 4 and
@@ -410,5 +487,8 @@ inline wb::CompareResult check_all_tall(const wb::model::DeviceMatvec& launch, c
 
 // The classifier of a 151936-token vocabulary over 16384 features: 2.49e9 floats.
 constexpr int kHugeRows = 151936, kHugeCols = 16384;
+// 131200 rows of 32768: 4.30e9 floats (17.2 GB, a whole number of 2 MiB pages), 128 rows past
+// the 2^32 wrap. Only on the device (W generated there): a host copy would double the cost.
+constexpr int kHuge32Rows = 131200, kHuge32Cols = 32768;
 
 }  // namespace matvec_edges
