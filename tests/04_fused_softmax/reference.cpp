@@ -171,6 +171,14 @@ std::string check_softmax(std::span<const float> x, std::span<const float> got,
                 << "y, row_max and row_sum with NaN before each call; a kernel that reads a max "
                 << "or a sum before it is computed (or accumulates into one it never reset) "
                 << "gets that NaN.\n";
+    // A masked entry is the other way to a NaN: a part of the row (a thread's elements, a
+    // chunk, a warp's share) that holds only -inf has a partial max of -inf.
+    const auto masked = [](float v) { return std::isinf(v) && v < 0; };
+    if (std::any_of(x.begin() + row, x.begin() + row + cols, masked))
+      diagnosis << "hint: this row also has masked (-inf) entries. A part of it that holds only "
+                << "-inf (one thread's elements, a chunk, a warp's share) has a partial max of "
+                << "-inf, and exp(-inf - (-inf)) = NaN: such a part must add 0 to the sum and "
+                << "leave the running max alone; only a row that is all -inf gives NaN.\n";
   } else {
     for (int r = 0; r < rows; ++r) {
       const std::size_t row = static_cast<std::size_t>(r) * cols;

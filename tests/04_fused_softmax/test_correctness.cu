@@ -4,6 +4,9 @@
 // cannot pass, on every shape of parallelism the row length calls for.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -525,6 +528,80 @@ __global__ void count_unwritten(const float* y, std::size_t count, unsigned long
       atomicAdd(how_many, 1ull);
       atomicMin(first, static_cast<unsigned long long>(i));
     }
+}
+
+// One row of 2^26 columns (256 MiB of logits from fill_logits, in [-8, 8)): 65536 tiles of 1024
+// columns, one more than a grid's y dimension holds (65535). A kernel that gives each tile of
+// a row its own blockIdx.y, with no loop, fails to launch here or leaves the last tiles
+// unwritten or undivided. Every column is checked against the row's max and sum in double, to
+// 1%: a float sum of 2^26 terms drifts by up to about 2e-3 in a sane order (32 lanes that add
+// 2^21 terms each), while a tile never written (NaN) or never divided by the sum is off by far
+// more.
+void check_long_row(Impl impl) {
+  const Shape s{1, 1 << 26};
+  const std::size_t count = s.cols;
+  constexpr std::size_t kGridYReach = 65535ull * 1024;  // columns 65535 tiles of 1024 cover
+  std::ostringstream where;
+  where << "ch04 " << name_of(impl) << " softmax, " << shape_name(s)
+        << " (a row of 2^26 columns), seed " << wb::base_seed() << ": ";
+  const std::string rule =
+      "rule: any shape: this row has 2^26 = 67108864 columns, more than 65535 tiles of 1024 "
+      "columns cover (" + std::to_string(kGridYReach) + "), and a grid's y dimension is at most "
+      "65535.\nhint: with a tile of the row per blockIdx.y, cap gridDim.y at 65535 and loop over "
+      "the tiles, for (int c0 = blockIdx.y * kTile; c0 < cols; c0 += gridDim.y * kTile); or let a "
+      "block walk the row (c += blockDim.x).";
+  std::vector<float> x, y;
+  try {
+    wb::DeviceBuffer<float> x_buf(count);
+    wb::GuardedBuffer<float> y_buf(count), row_max(s.rows), row_sum(s.rows);
+    fill_logits<<<4096, 256>>>(x_buf.data(), count, wb::base_seed());
+    WB_CHECK_LAUNCH("fill_logits");
+    if (impl == Impl::Fused)
+      ch04::softmax_fused(x_buf.data(), y_buf.data(), s.rows, s.cols, nullptr);
+    else
+      ch04::softmax_unfused(x_buf.data(), y_buf.data(), row_max.data(), row_sum.data(), s.rows,
+                            s.cols, nullptr);
+    WB_CUDA(cudaDeviceSynchronize());
+    x = x_buf.download();
+    y = y_buf.download();
+    check_no_overrun(y_buf, "y", impl, s);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(where.str() << "the call failed: " << first_line(e) << "\n" << rule);
+    (void)cudaGetLastError();  // a launch error is not sticky: the next version still runs
+    return;
+  }
+  double max_x = -INFINITY, sum = 0;  // the row's max and sum of exponentials, in double
+  for (const float v : x) max_x = std::max(max_x, static_cast<double>(v));
+  for (const float v : x) sum += std::exp(v - max_x);
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t c = 0; c < count; ++c) {
+    const double want = std::exp(x[c] - max_x) / sum;
+    if (!(std::abs(y[c] - want) <= 1e-2 * want) && wrong++ == 0) first = c;
+  }
+  if (wrong == 0) return;
+  const bool never_written = std::bit_cast<std::uint32_t>(y[first]) == 0xFFFFFFFFu;
+  std::ostringstream message;
+  message << where.str() << wrong << " of " << count << " outputs are wrong; the first is y[0, "
+          << first << "] = " << y[first]
+          << (never_written ? " (never written: still the NaN poison)" : "")
+          << ", expected " << std::exp(x[first] - max_x) / sum << ".\n";
+  if (first >= kGridYReach)  // right up to the reach of 65535 tiles: the grid, not the formula
+    message << "Every column before " << kGridYReach << " is right.\n" << rule;
+  else
+    message << "hint: wrong before column " << kGridYReach << " too, so not (only) the grid's "
+               "reach: look at what grows with the row (an int index, a sum over 2^26 terms).";
+  FAIL_CHECK(message.str());
+}
+
+TEST_CASE("softmax of a row of 2^26 columns (more tiles of 1024 than a grid's y dimension holds)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^26-column row is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) check_long_row(impl);
 }
 
 TEST_CASE("softmax of a matrix of more than 2^31 elements (64-bit offsets)") {
