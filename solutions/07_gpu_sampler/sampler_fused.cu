@@ -366,6 +366,9 @@ __device__ void clear_histogram(BlockHistogram& h) {
 
 __device__ void select_in_histogram(Shared& sh, const Histogram& h, bool by_count, u64 need) {
   constexpr int kPerLane = kBins / 32;
+  // The last answer may still be being read (the main kernel reads sh.pick, then the long way
+  // selects again at once): every warp is past it before warp 0 writes the next one.
+  __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     u64 lane_count = 0, lane_mass = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +94,15 @@ class Runner {
     d.counts = counter.counts();
     collect(rows, d);
     return d;
+  }
+
+  // Overwrites the logits in place (the same buffers, as a decoder rewrites its logits at
+  // every step); integrity() then checks against these. Same size as the constructor's.
+  void replace_logits(const std::vector<float>& logits) {
+    if (logits.size() != logits_host_.size())
+      throw std::logic_error("Runner::replace_logits: the logits must keep their size");
+    logits_host_ = logits;
+    logits_.upload(logits);
   }
 
   // The raw entry point, with pointers of the kind the step takes, for the bad-argument

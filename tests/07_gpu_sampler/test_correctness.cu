@@ -538,6 +538,10 @@ struct DistributionCase {
   std::string name;
   std::vector<float> row;
   SamplingParams params;
+  // A kept set step 3 cannot hold (top_k > kMaxCandidates, or a longer nucleus): it throws
+  // there (bad_arguments checks that), so only steps 1, 2 and 4 sample it.
+  bool beyond_candidates = false;
+  std::string note;  // what the row is built to catch, added to a failure
 };
 
 // How many draws each step gets: 10^5 where a draw is cheap (steps 3 and 4; the GPU does the
@@ -702,7 +706,39 @@ void membership(Step step) {
     p.top_p = top_p_for_nucleus(row, p, 120);
     cases.push_back({"top_p alone on a 151936-wide row", row, p});
   }
+  {  // Kept sets too long for a bounded list (the reference's fused sampler gathers at most
+     // 2048 entries to sort, and lists at most 2048 of one histogram bin per block, before it
+     // falls back to a path without a bound): step 4 has no limit, so that path must be exact
+     // too. None of the rows above goes that far. top_p about 0.5, placed mid-interval.
+    const auto about_half = [](const std::vector<float>& row, SamplingParams p) {
+      p.top_p = 0.5f;
+      const int n = static_cast<int>(ref::kept_set(row.data(), static_cast<int>(row.size()), p).tokens.size());
+      p.top_p = top_p_for_nucleus(row, p, n);
+      return p;
+    };
+    // top_k 4096 then top_p: the top 4096 of N(0, 1) hold ~18% of the row's mass, so a top_p
+    // target taken from the whole row's mass keeps all 4096 (half the draws outside).
+    std::vector<float> row = normal_row(151936, 1.0f, rng);
+    cases.push_back({"top_k 4096 then top_p ~0.5 on a 151936-wide row", row,
+                     about_half(row, SamplingParams{1.0f, 4096, 1.0f, 26, 0}), true,
+                     "\nthis row: top_k = 4096 keeps more tokens than a small gather or sort holds; "
+                     "the path your sampler takes beyond that bound must apply top_p the same way "
+                     "(renormalized over the top-k mass)."});
+    // A flat row: every logit within ~0.1 of 0, so the ~75000 tokens of the nucleus all share
+    // one histogram bin (8 per unit of logit), thousands in every block's slice.
+    std::vector<float> flat = normal_row(151936, 0.02f, rng);
+    cases.push_back({"top_p ~0.5 on a flat 151936-wide row (logits N(0, 0.02^2))", flat,
+                     about_half(flat, SamplingParams{1.0f, 0, 1.0f, 27, 0}), true,
+                     "\nthis row: flat, every logit within ~0.1 of the others, so tens of thousands "
+                     "of entries fall in the same bin of a histogram over the logits. A selection "
+                     "that refines over a bounded list of one bin's entries (or a bounded gather) "
+                     "sees only part of the row here: when the list overflows, fall back to "
+                     "scanning every entry of the bin."});
+  }
   for (const DistributionCase& c : cases) {
+    // Step 3 refuses these rows. Racecheck leaves them out: a wide row's selections re-read
+    // all of it several times, minutes under the tool (see quick_logits).
+    if (c.beyond_candidates && (step == Step::TopCandidates || wb::coverage::racecheck())) continue;
     const int vocab = static_cast<int>(c.row.size());
     const int wide_rows = wb::coverage::racecheck() ? 1 : wb::coverage::quick() ? 8 : 32;
     const int rows = vocab > 20000 ? wide_rows : rows_under_racecheck(256);
@@ -715,7 +751,7 @@ void membership(Step step) {
       p.step = static_cast<std::uint64_t>(call);
       const std::string failure = check_draws(c.row, vocab, p, {e}, runner.run(p));
       if (!failure.empty()) {
-        FAIL_CHECK(failure_head(step, "membership, " + c.name, rows, vocab, p) << failure);
+        FAIL_CHECK(failure_head(step, "membership, " + c.name, rows, vocab, p) << failure << c.note);
         break;
       }
     }
@@ -908,6 +944,119 @@ void independence(Step step) {
                        "the seed is Philox's key: draw_uniform(params.seed, ...).");
   if (!f.empty()) FAIL_CHECK(head << "seeds do not change the draws. " << f);
   check_integrity(runner, step, "independence");
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 4 names the number itself: row r of a call draws with draw_uniform(seed, step, r).
+// The tests above see draws that are random, reproducible and independent, which another
+// Philox number is too (seed and step swapped: both std::uint64_t, it compiles; or a seed or
+// step cut to 32 bits). Here every row is {0, 0}, two tokens of probability 1/2: walked in
+// either order (the contract leaves it free), one token is drawn for u <= 1/2 and the other
+// for u > 1/2, so the tokens show which side of 1/2 each row's number fell on.
+
+__global__ void rule4_numbers(std::uint64_t seed, std::uint64_t step, int rows, float* u) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row < rows) u[row] = ch07::draw_uniform(seed, step, row);
+}
+
+void draws_use_the_rule4_number(Step step) {
+  const int rows = 64, vocab = 2;
+  const std::vector<float> logits(static_cast<std::size_t>(rows) * vocab, 0.0f);
+  Runner runner(step, logits, rows, vocab);
+  // seed != step; the second call's seed and step need more than 32 bits each.
+  for (const SamplingParams params : {SamplingParams{1.0f, 0, 1.0f, 1234, 7},
+                                      SamplingParams{1.0f, 0, 1.0f, (1ull << 40) + 5, (1ull << 33) + 9}}) {
+    const std::string head = failure_head(step, "the number each row draws with", rows, vocab, params);
+    wb::DeviceBuffer<float> numbers(rows);
+    rule4_numbers<<<1, rows>>>(params.seed, params.step, rows, numbers.data());
+    WB_CHECK_LAUNCH("rule4_numbers");
+    const std::vector<float> u = numbers.download();
+    const Draws d = runner.run(params);
+    const std::string failure =
+        check_draws(logits, vocab, params, {expected_for(logits.data(), vocab, params)}, d);
+    if (!failure.empty()) {
+      FAIL_CHECK(head << failure);
+      return;
+    }
+    // Rows the walk order "first" explains: token first for u <= 1/2, the other above. Rows
+    // with u within 1e-3 of 1/2 are left out (how u * mass rounds there is the sampler's).
+    int wrong[2] = {0, 0}, example[2] = {-1, -1};
+    for (int r = 0; r < rows; ++r) {
+      if (std::abs(u[r] - 0.5f) < 1e-3f) continue;
+      for (int first = 0; first < 2; ++first)
+        if (d.tokens[r] != (u[r] <= 0.5f ? first : 1 - first) && wrong[first]++ == 0) example[first] = r;
+    }
+    if (wrong[0] == 0 || wrong[1] == 0) continue;
+    const int first = wrong[0] <= wrong[1] ? 0 : 1, r = example[first];
+    FAIL_CHECK(head << "rule 4: row r draws with u = draw_uniform(seed, step, r). Every row here is "
+                       "{0, 0}, two tokens of probability 1/2, so a walk that puts token "
+                    << first << " first draws it for u <= 1/2 and token " << 1 - first
+                    << " for u > 1/2 (walking the other way swaps them), yet " << wrong[first] << " of "
+                    << rows << " rows drew the other token: row " << r << " drew token "
+                    << d.tokens[r] << " with u = " << u[r]
+                    << ". The rows drew with other numbers than rule 4's.\nhint: pass the seed "
+                       "as the seed and the step as the step, all 64 bits of each: "
+                       "draw_uniform(params.seed, params.step, row) in a kernel, "
+                       "fill_draw_uniforms(u, rows, params.seed, params.step, stream) for a CPU "
+                       "half (both are std::uint64_t: swapped, they compile and still look "
+                       "random).");
+    return;
+  }
+  check_integrity(runner, step, "the number each row draws with");
+}
+
+// ---------------------------------------------------------------------------------------
+// No state kept between calls (rule 4): a decoder rewrites ONE logits buffer at every step
+// and samples it again, with the same pointer, the same shape and often the same params
+// (greedy). Each call must read the logits as they are when it runs; a result remembered
+// from an earlier call (keyed by the pointer and the params) is stale.
+
+void logits_read_at_every_call(Step step) {
+  const int rows = 4, vocab = 32000;
+  std::mt19937_64 rng = wb::rng_for("ch07/overwritten-logits");
+  std::vector<float> before, after;
+  std::vector<int> planted(rows);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    before.insert(before.end(), row.begin(), row.end());
+    // The rewritten row: another column gets the max + 10. It is then the argmax, and holds
+    // over 99% of the mass of the top 50, so top_k 50 + top_p 0.9 keep it alone too.
+    const int argmax = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+    planted[r] = (argmax + 1 + 3989 * r) % vocab;  // never the old argmax
+    row[planted[r]] = row[argmax] + 10.0f;
+    after.insert(after.end(), row.begin(), row.end());
+  }
+  Runner runner(step, before, rows, vocab);
+  for (const SamplingParams params :
+       {SamplingParams{0.0f, 0, 1.0f, 0, 0}, SamplingParams{1.0f, 50, 0.9f, 31, 4}}) {
+    runner.replace_logits(before);
+    const Draws old = runner.run(params);
+    runner.replace_logits(after);  // the same buffer, overwritten in place
+    const Draws d = runner.run(params);
+    const std::vector<Expected> expected = expected_rows(after, rows, vocab, params);
+    const std::string head = failure_head(step, "logits overwritten in place", rows, vocab, params);
+    for (int r = 0; r < rows; ++r) {
+      const int token = d.tokens[r];
+      std::string problem;
+      if (token != planted[r])
+        problem = "the call returned token " + std::to_string(token) + ", expected " +
+                  std::to_string(planted[r]) + " (it now holds the row's maximum, 10 above every "
+                  "other logit)" + (token == old.tokens[r] ? ": the answer of the previous call, "
+                  "on the logits as they were before" : "") + ".";
+      else
+        problem = check_confidence(expected[r], after.data() + static_cast<std::size_t>(r) * vocab,
+                                   token, d.confidence[r]);
+      if (problem.empty()) continue;
+      FAIL_CHECK(head << "row " << r << ": the logits were overwritten in place between two calls "
+                         "with the same pointer, shape and params; " << problem
+                      << "\nrule 4: a call's result depends on its arguments only, the logits as "
+                         "they are when it runs; no state is kept between calls.\nhint: read the "
+                         "logits at every call; never return an earlier call's results (cached "
+                         "by pointer and params, or otherwise).");
+      return;
+    }
+  }
+  check_integrity(runner, step, "logits overwritten in place");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1262,6 +1411,9 @@ WB_CH07_FOR_EVERY_STEP("draws follow the exact distribution (chi-square)", distr
 WB_CH07_FOR_EVERY_STEP("the draw never steps past the last kept token", draw_never_steps_past_the_kept_set)
 WB_CH07_FOR_EVERY_STEP("the same (seed, step) gives the same tokens, whatever the batch", determinism)
 WB_CH07_FOR_EVERY_STEP("rows, steps and seeds draw independently", independence)
+WB_CH07_FOR_EVERY_STEP("row r draws with draw_uniform(seed, step, r) itself", draws_use_the_rule4_number)
+WB_CH07_FOR_EVERY_STEP("a call reads the logits as they are (overwritten in place, same pointer)",
+                       logits_read_at_every_call)
 WB_CH07_FOR_EVERY_STEP("bad rows: NaN, +inf, all -inf", bad_rows)
 WB_CH07_FOR_EVERY_STEP("bad arguments throw std::invalid_argument naming them", bad_arguments)
 
