@@ -67,7 +67,7 @@ TestRun TestRun::from_json(const json& j) {
   return r;
 }
 
-std::string classify_failure(const std::string& message, const std::string& kind) {
+std::string classify_failure(const std::string& message, const std::string& kind, const std::string& chapter_id) {
   const std::string m = to_lower(message);
   auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
   if (has("not implemented yet")) return "todo";
@@ -80,7 +80,8 @@ std::string classify_failure(const std::string& message, const std::string& kind
   if (has("cudaerrormemoryallocation") || has("out of memory") || has("std::bad_alloc") ||
       has("bad_alloc"))
     return "out_of_memory";
-  if (std::regex_search(m, std::regex(R"(\brule [0-9]+\b)"))) return "timing_rule";
+  const bool about_timing = kind == "timing" || chapter_id == "00";
+  if (about_timing && std::regex_search(m, std::regex(R"(\brule [0-9]+\b)"))) return "timing_rule";
   if (has("cudaerror")) return "cuda_error";
   // A timing test that fails without breaking a rule is slow, unless its re-check of the
   // output on fresh inputs (rule 7) is what failed. Other kinds (chapter 08's "model") check
@@ -259,7 +260,7 @@ TestRun interpret_test_run(const std::string& kind, const ProcessResult& process
     if (t.contains("notes") && t["notes"].is_array())
       for (const auto& n : t["notes"])
         if (n.is_string()) c.notes.push_back(printable(n.get<std::string>()));
-    if (c.status == "failed") c.reason = classify_failure(c.message, kind), ++failed;
+    if (c.status == "failed") c.reason = classify_failure(c.message, kind, expect.chapter_id), ++failed;
     if (c.status == "todo") c.reason = "todo", ++todo;
     if (c.status == "skipped") ++skipped;
     run.cases.push_back(std::move(c));

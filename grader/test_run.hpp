@@ -108,9 +108,12 @@ TestRun interpret_test_run(const std::string& kind, const ProcessResult& process
                            const std::optional<std::string>& report_text,
                            const ReportExpectations& expect);
 
-// The likely cause of a failed test from its message and the kind of test:
-// todo | cuda_fault | out_of_memory | timing_rule | cuda_error | too_slow | wrong_answer
-std::string classify_failure(const std::string& message, const std::string& kind = "correctness");
+// The likely cause of a failed test from its message, the kind of test and the chapter:
+// todo | cuda_fault | out_of_memory | timing_rule | cuda_error | too_slow | wrong_answer.
+// "rule N" is a timing rule (chapter 00's seven) in timing tests and in chapter 00, whose
+// subject they are; elsewhere it is the chapter's own contract (chapter 07's sampler rules).
+std::string classify_failure(const std::string& message, const std::string& kind = "correctness",
+                             const std::string& chapter_id = "");
 
 // doctest's "[doctest] test cases: N | P passed | F failed | S skipped" (the last one).
 struct DoctestSummary {

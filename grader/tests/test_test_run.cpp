@@ -117,6 +117,10 @@ TEST_CASE("classify_failure names the likely cause") {
   CHECK(classify_failure("CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered)") == "cuda_fault");
   CHECK(classify_failure("CUDA error cudaErrorMemoryAllocation (out of memory) from cudaMalloc") == "out_of_memory");
   CHECK(classify_failure("rule 4 (no synchronization inside an event-timed region): ...", "timing") == "timing_rule");
+  CHECK(classify_failure("rule 3: the work was called 1 time(s)", "correctness", "00") == "timing_rule");
+  // Chapter 07's sampler rules are its contract, not the timing harness's: a wrong answer.
+  CHECK(classify_failure("ch07 step 3: rule 4: row r draws with u = draw_uniform(seed, step, r)", "correctness",
+                         "07") == "wrong_answer");
   CHECK(classify_failure("CUDA error cudaErrorInvalidValue") == "cuda_error");
   CHECK(classify_failure("ch04 fused softmax 3x5: 2 of 15 elements differ") == "wrong_answer");
   CHECK(classify_failure("the fused softmax is 1.2x faster, the pass mark is 2x", "timing") == "too_slow");
