@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/enqueue_only.hpp"
 #include "reference.hpp"
 #include "softmax.cuh"
 #include "wb/buffer.hpp"
@@ -392,6 +393,33 @@ TEST_CASE("fused softmax: captured into a CUDA graph and replayed on new inputs"
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+  }
+}
+
+// softmax.cuh: enqueue on `stream` and return, no synchronization, no allocation, no copies
+// (tests/lib/enqueue_only.hpp), on a short, a medium and a long shape, and a tiny one: small
+// enough that a CPU shortcut would still give the right values.
+TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or host copy; counted with CUPTI)") {
+  WB_REQUIRE_GPU();
+  for (const Shape s : std::vector<Shape>{{4, 50}, {33, 4096}, {2, 151936}}) {
+    const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+    wb::DeviceBuffer<float> x(count), y(count), row_max(s.rows), row_sum(s.rows);
+    x.upload(ch04::reference::random_logits(count, "ch04/enqueue-only/" + shape_name(s)));
+    OwnedStream stream;
+    for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+      const std::string broke = wb::testing::enqueue_only_violation([&] {
+        if (impl == Impl::Fused)
+          ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, stream.s);
+        else
+          ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols, stream.s);
+      });
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+      if (!broke.empty())
+        FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s)
+                           << ": rule: enqueue all the work on `stream` and return without waiting: no "
+                              "synchronization, no allocation, no copies. One call "
+                           << broke << ".\n" << wb::testing::kEnqueueOnlyHint);
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../lib/captured_graph.hpp"
+#include "../lib/enqueue_only.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "gelu.cuh"
 #include "reference.hpp"
@@ -287,6 +288,37 @@ TEST_CASE("fused and unfused GELU captured into a CUDA graph: all work on the gi
   }
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
     for (const std::size_t n : {std::size_t(4099), std::size_t((1 << 20) + 3)}) check_graph(impl, n);
+}
+
+// gelu.cuh: enqueue on `stream` and return, no synchronization, no allocation, no copies
+// (tests/lib/enqueue_only.hpp): a cudaMallocAsync'd temporary instead of the scratch buffer
+// passes the graph capture above, not this.
+TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or host copy; counted with CUPTI)") {
+  WB_REQUIRE_GPU();
+  for (const std::size_t n : {std::size_t(7), std::size_t((1 << 20) + 3)}) {
+    wb::DeviceBuffer<float> x(n), y(n), scratch(ch05::gelu_unfused_scratch_count(n));
+    x.upload(ch05::reference::random_inputs(n, "ch05/enqueue-only/" + std::to_string(n)));
+    cudaStream_t stream = nullptr;
+    WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    struct StreamGuard {
+      cudaStream_t s;
+      ~StreamGuard() { cudaStreamDestroy(s); }
+    } guard{stream};
+    for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+      const std::string broke = wb::testing::enqueue_only_violation([&] {
+        if (impl == Impl::Fused)
+          ch05::gelu_fused(x.data(), y.data(), n, stream);
+        else
+          ch05::gelu_unfused(x.data(), y.data(), scratch.data(), n, stream);
+      });
+      WB_CUDA(cudaStreamSynchronize(stream));
+      if (!broke.empty())
+        FAIL_CHECK("ch05 " << name_of(impl) << " GELU, n = " << n
+                           << ": rule: enqueue the work on `stream` and return without waiting: no "
+                              "synchronization, no allocation, no copies. One call "
+                           << broke << ".\n" << wb::testing::kEnqueueOnlyHint);
+    }
+  }
 }
 
 // After the others: a float4 access to a misaligned address is a sticky CUDA error that ends

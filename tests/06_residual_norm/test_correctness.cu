@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../lib/captured_graph.hpp"
+#include "../lib/enqueue_only.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "add_norm.cuh"
 #include "reference.hpp"
@@ -274,6 +275,25 @@ TEST_CASE("rows with mean 1e4 and spread 1: the variance must be computed stably
     }
 }
 
+// eps is inside the square root, 1 / sqrt(var + eps). With rows of spread ~1 and eps = 1e-5,
+// 1 / (sqrt(var) + eps) is off by ~5e-6, inside the tolerance; rows of spread ~2e-3 (var
+// ~3e-6, below eps) and a large eps both tell them apart.
+TEST_CASE("eps inside the square root: rows of small spread, and a large eps") {
+  WB_REQUIRE_GPU();
+  const std::string formula = ", where h = (r - mean) / sqrt(var + eps) * weight + bias, not / (sqrt(var) + eps)";
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Norm norm : {Norm::LayerNorm, Norm::RMSNorm})
+      for (const Shape s : std::vector<Shape>{{4, 768}, {5, 1001}, {3, 4096}, {1, 20000}}) {
+        Problem small = problem<float>(s.rows, s.dim, norm, Data::Typical, "small-spread");
+        for (float& v : small.x) v *= 1e-3f;
+        for (float& v : small.delta) v *= 1e-3f;
+        check<float>(impl, small, {}, " (rows of spread ~2e-3: var ~3e-6 is below eps = 1e-5" + formula + ")");
+        Problem large_eps = problem<float>(s.rows, s.dim, norm, Data::Typical, "large-eps");
+        large_eps.eps = 0.5f;
+        check<float>(impl, large_eps, {}, " (eps = 0.5" + formula + ")");
+      }
+}
+
 TEST_CASE("a constant row (variance 0) gives h = bias, never NaN") {
   WB_REQUIRE_GPU();
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
@@ -289,8 +309,11 @@ TEST_CASE("a constant row (variance 0) gives h = bias, never NaN") {
 TEST_CASE("views that are not 16-byte aligned, each pointer on its own") {
   WB_REQUIRE_GPU();
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    // Offsets of 2 floats too: 8 bytes off, aligned for a pack of 4 halves but not for a float4
+    // (a pack check by the element type of delta and h alone lets them through).
     for (const Offsets off : std::vector<Offsets>{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0},
                                                   {0, 0, 0, 1}, {0, 0, 0, 0, 1, 0}, {0, 0, 0, 0, 0, 2},
+                                                  {2, 0, 0, 0}, {0, 0, 2, 0}, {0, 0, 0, 0, 2, 2},
                                                   {3, 2, 1, 3, 1, 3}}) {
       const std::string where = " (views x+" + std::to_string(off.x) + ", delta+" +
                                 std::to_string(off.delta) + ", r+" + std::to_string(off.r) +
@@ -317,6 +340,44 @@ TEST_CASE("fused and unfused add + norm captured into a CUDA graph: all work on 
       check<__half>(impl, problem<__half>(s.rows, s.dim, Norm::RMSNorm, Data::Typical, "graph"), {},
                     " (captured into a CUDA graph, then replayed)", Launch::Graph);
     }
+}
+
+// add_norm.cuh: all work enqueued on `stream`, no synchronization, no allocation, no copies
+// (tests/lib/enqueue_only.hpp), through the reference's paths.
+TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or host copy; counted with CUPTI)") {
+  WB_REQUIRE_GPU();
+  for (const Shape s : std::vector<Shape>{{33, 768}, {5, 1001}, {1, 20000}}) {
+    const Problem p = problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::Typical, "enqueue-only");
+    const std::size_t n = std::size_t(p.rows) * p.dim;
+    wb::DeviceBuffer<float> x(n), delta(n), r(n), h(n), weight(p.dim), bias(p.dim);
+    x.upload(p.x);
+    delta.upload(p.delta);
+    weight.upload(p.weight);
+    bias.upload(p.bias);
+    const NormParams params{Norm::LayerNorm, weight.data(), bias.data(), p.eps};
+    cudaStream_t stream = nullptr;
+    WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    struct StreamGuard {
+      cudaStream_t s;
+      ~StreamGuard() { cudaStreamDestroy(s); }
+    } guard{stream};
+    for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+      const std::string broke = wb::testing::enqueue_only_violation([&] {
+        if (impl == Impl::Fused) {
+          ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), p.rows, p.dim, params, stream);
+        } else {
+          ch06::residual_add(x.data(), delta.data(), r.data(), n, stream);
+          ch06::norm_rows(r.data(), h.data(), p.rows, p.dim, params, stream);
+        }
+      });
+      WB_CUDA(cudaStreamSynchronize(stream));
+      if (!broke.empty())
+        FAIL_CHECK("ch06 " << what_of<float>(impl) << ", " << ch06::reference::describe(p)
+                           << ": rule: all work enqueued on `stream`: no synchronization, no allocation, "
+                              "no copies. One call "
+                           << broke << ".\n" << wb::testing::kEnqueueOnlyHint);
+    }
+  }
 }
 
 TEST_CASE("more rows than a grid's y or z dimension holds (70000 rows)") {

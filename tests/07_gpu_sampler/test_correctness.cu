@@ -425,6 +425,40 @@ void greedy_on_every_shape(Step step) {
   }
 }
 
+// Greedy with each row's max in one of its first or last columns. A kernel that splits a row
+// (into 16-byte packs, into shares per thread, block or cluster rank) leaves its leftovers at
+// the two ends: a share rounded down (n / parts) gives the last n % parts entries to no one,
+// and the entries before the first 16-byte boundary or after the last whole pack need a loop
+// of their own. Rows of 50257 (GPT-2's vocabulary: odd, so the rows of a batch start at every
+// alignment), whose widths the shapes above do not cover.
+void greedy_at_the_ends_of_a_row(Step step) {
+  const int vocab = 50257, rows = wb::coverage::racecheck() ? 4 : 64, ends = rows / 2;
+  std::mt19937_64 rng = wb::rng_for("ch07/greedy-at-the-ends");
+  std::vector<float> logits;
+  logits.reserve(static_cast<std::size_t>(rows) * vocab);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, 3.0f, rng);
+    const int at = r < ends ? r : vocab - 1 - (r - ends);  // column 0, 1, ... and vocab - 1, vocab - 2, ...
+    row[at] = *std::max_element(row.begin(), row.end()) + 1.0f;
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  Runner runner(step, logits, rows, vocab);
+  const SamplingParams params{0.0f, 0, 1.0f, 1, 0};
+  const Draws d = runner.run(params);
+  const std::string failure = check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), d);
+  if (!failure.empty()) {
+    FAIL_CHECK(failure_head(step, "greedy, the max in one of the first or last " + std::to_string(ends) + " columns",
+                            rows, vocab, params)
+               << failure
+               << "\nhint: every entry of a row must be read. Split n entries over parts as "
+                  "[n * i / parts, n * (i + 1) / parts), or give the last part the remainder; "
+                  "read the entries before the first 16-byte boundary and after the last whole "
+                  "float4 one by one.");
+    return;
+  }
+  check_integrity(runner, step, "greedy at the ends of a row");
+}
+
 // Sampling on every shape: a few calls each, every token in its row's kept set.
 void sampling_on_every_shape(Step step) {
   for (const Shape s : kShapes) {
@@ -1404,6 +1438,8 @@ bool skip_given_step_for_student() {
 
 WB_CH07_FOR_EVERY_STEP("greedy and top_k = 1 return the argmax, lowest index on ties, on every shape",
                        greedy_on_every_shape)
+WB_CH07_FOR_EVERY_STEP("greedy finds a max in the first or last columns of a 50257-wide row",
+                       greedy_at_the_ends_of_a_row)
 WB_CH07_FOR_EVERY_STEP("sampling on every shape stays in the kept set, with the right confidence",
                        sampling_on_every_shape)
 WB_CH07_FOR_EVERY_STEP("no token outside the exact top_k / top_p set", membership)
