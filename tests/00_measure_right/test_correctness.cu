@@ -435,3 +435,86 @@ TEST_CASE("reports the median of all the samples it was asked for, from this cal
     }
   }
 }
+
+TEST_CASE("reports the median of an even number of samples (rule 6)") {
+  WB_REQUIRE_GPU();
+  TestStream stream;
+  // Six samples, so the median sits between the two middle ones (1.0 and 1.2 ms sorted): their
+  // mean, 1.1 ms, or either middle one is accepted (the lesson takes v[n / 2] or the mean).
+  // Probe A falls as a clock settles; probe B is another order, 1.5x longer. Taking the upper
+  // middle with std::nth_element and then its left neighbour as the lower middle gives 0.725 ms
+  // (A): nth_element puts v[n / 2] in place and leaves the left part unsorted.
+  const std::vector<double> order_a = {2.6, 2.0, 1.2, 1.0, 0.25, 0.2};
+  const std::vector<double> order_b = {1.2, 2.6, 1.0, 0.25, 0.2, 2.0};
+  const int warmup = 1;
+  for (const auto& [name, order, scale] :
+       {std::tuple{"A", order_a, 1.0}, std::tuple{"B", order_b, 1.5}}) {
+    std::vector<double> samples_ms;
+    for (double v : order) samples_ms.push_back(v * scale);
+    const int n = int(samples_ms.size());
+    ch00::support::reset_log(stream.get());
+    Probe probe(stream.get(), [&](int call) {
+      if (call < warmup) return 3000.0;
+      if (call >= warmup + n) return 5000.0;
+      return 1e3 * samples_ms[std::size_t(call - warmup)];
+    });
+    const ch00::TimerOptions opt{.warmup = warmup, .samples = n, .cold_cache = false};
+    const double got = ch00::time_work_ms(probe.work(), stream.get(), opt);
+    wb::testing::record_metric(std::string("reported_ms_even_probe_") + name, got);
+    check_called_on_stream(probe);
+    std::vector<double> sorted = samples_ms;
+    std::sort(sorted.begin(), sorted.end());
+    const double lower = sorted[std::size_t(n / 2 - 1)], upper = sorted[std::size_t(n / 2)];
+    auto near = [&](double v) { return std::abs(got - v) <= 0.06 * v + 0.02; };
+    if (!near(0.5 * (lower + upper)) && !near(lower) && !near(upper)) {
+      std::ostringstream list;
+      for (double v : samples_ms) list << ms(v) << " ";
+      FAIL("rule 6 (the median of all the samples, for an even count too): probe " << name
+           << " takes, per sample in call order, " << list.str() << "; sorted, the two middle ones are "
+           << ms(lower) << " and " << ms(upper) << ", so the median is " << ms(0.5 * (lower + upper))
+           << " (either middle one is accepted too); your timer reported " << ms(got) << "."
+           << (got < lower ? " That is below both middle samples: the lower middle one was not the lower middle." : "")
+           << "\nhint: std::sort the samples and, for an even n, average v[n / 2 - 1] and v[n / 2]. After "
+              "std::nth_element(v.begin() + n / 2) only v[n / 2] is in place: v[n / 2 - 1] is some smaller "
+              "sample, not the lower middle (sort, or take the largest of the left part).");
+    }
+  }
+}
+
+// Last in this file: a timer that stores samples past the end of a fixed-size array corrupts
+// the stack and may crash the test program, and no test after this one would run.
+TEST_CASE("keeps every sample, however many are asked for (rule 6)") {
+  WB_REQUIRE_GPU();
+  TestStream stream;
+  // options.samples may be any count (the harness takes 20 to 2000). 1001 samples: the first
+  // and the last 200 take 0.6 ms, the 601 in between 0.3 ms, so the median is 0.3 ms, while the
+  // first few hundred samples alone (or the last few hundred) have a median of 0.6 ms.
+  const int warmup = 2, n = 1001, slow = 200;
+  ch00::support::reset_log(stream.get());
+  Probe probe(stream.get(), [&](int call) {
+    const int k = call - warmup;
+    return k < 0 ? 600.0 : (k < slow || k >= n - slow) ? 600.0 : 300.0;
+  });
+  const ch00::TimerOptions opt{.warmup = warmup, .samples = n, .cold_cache = false};
+  double got = 0;
+  {
+    // Shown if the timer crashes (a signal) or throws.
+    INFO("rule 6 (many samples): options.samples was 1001. If this test crashed or threw, look for samples "
+         "stored past the end of a fixed-size array (float samples[64]): writing past it overwrites the "
+         "stack.\nhint: keep the samples in a std::vector<float> (reserve(options.samples), push_back).");
+    got = ch00::time_work_ms(probe.work(), stream.get(), opt);
+  }
+  wb::testing::record_metric("reported_ms_1001_samples", got);
+  check_called_on_stream(probe);
+  if (probe.calls != warmup + n)
+    FAIL("rule 2 and rule 6 (the options are the contract): " << options_string(opt) << " ask for "
+         << warmup + n << " calls of the work; your timer made " << probe.calls
+         << ".\nhint: loop options.samples times whatever the count: no fixed-size array, no cap.");
+  if (std::abs(got - 0.3) > 0.06 * 0.3 + 0.02)
+    FAIL("rule 6 (the median of all the samples): of 1001 samples (after " << warmup
+         << " warmup calls), the first and the last 200 take 0.6 ms and the 601 in between 0.3 ms: the median is "
+         << ms(0.3) << ", your timer reported " << ms(got)
+         << ". Near 0.6 ms, it kept only some of the samples (the first or the last few hundred); elsewhere, "
+            "it read values that are not samples.\nhint: keep every sample in a std::vector<float> "
+            "(reserve(options.samples), push_back), then sort it and take the middle one.");
+}

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "../lib/matvec_edges.hpp"
 #include "ch02_adapters.hpp"
 #include "wb/api_counter.hpp"
@@ -127,6 +129,71 @@ TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smalle
                 rule << ": after a 4099x4097 call the capacities are W " << p.w_capacity() << ", x "
                      << p.x_capacity() << ", y " << p.y_capacity()
                      << " floats\nhint: when *capacity < count, free the old buffer and allocate count floats.");
+  // d alone grows: W (4160x64) and x (64) fit the buffers of the 4099x4097 call, out does not.
+  // A y buffer left at 4099 floats would be written past its end (by less than the allocation's
+  // rounding, so nothing faults and the values look right): the capacity tells.
+  WB_CHECK_RESULT(wb::model::check_host_matvec(call, 64, 4160, check));
+  CHECK_MESSAGE(p.y_capacity() >= 4160u,
+                rule << ": a 4160x64 call after a 4099x4097 one: W and x fit their buffers, but out needs 4160 "
+                        "floats and y holds "
+                     << p.y_capacity()
+                     << ", so the kernel writes past the end of y.\nhint: check every buffer against its own "
+                        "need on every call (W: n*d, x: n, y: d): W and x fitting does not mean y fits.");
+}
+
+// A call too big for the device: its cudaMalloc fails and matvec throws, in the reference too.
+// The object must come out of it telling the truth: a capacity recorded before the allocation
+// succeeded makes the next call that fits skip the allocation and copy into a freed buffer.
+TEST_CASE("rule: record the new capacity only after the allocation succeeded (a call too big for the device)") {
+  WB_REQUIRE_GPU();
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int n = 1 << 16;  // W: over twice the device's memory, d rows of n floats
+  int d = int(2 * total_bytes / (sizeof(float) * std::size_t(n))) + 1;
+  // With d % 65536 >= 32768, n * d computed in 32-bit int is negative: a wrapper that counts
+  // in int then fails to allocate too, instead of launching over a small buffer (a fault that
+  // would spoil the later tests, one of which names that bug).
+  if (d % 65536 < 32768) d += 32768 - d % 65536;
+  const std::size_t w_count = std::size_t(n) * std::size_t(d);
+  // W is never read (the allocation fails before any copy), but the arguments stay valid: an
+  // untouched read-only mapping of the right size costs no memory.
+  void* const w_map = mmap(nullptr, w_count * sizeof(float), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (w_map == MAP_FAILED) {
+    wb::testing::mark_skipped("skipped: cannot map " + std::to_string(w_count * sizeof(float)) + " B of address space for W");
+    return;
+  }
+  const std::vector<float> x(static_cast<std::size_t>(n), 1.0f);
+  std::vector<float> out(static_cast<std::size_t>(d));
+  const wb::model::MatvecCheck check{"02", "PreallocatedMatvec::matvec after a call whose cudaMalloc failed",
+                                     "rule: record the new capacity only after the allocation succeeded; after "
+                                     "cudaFree, set the pointer to nullptr and the capacity to 0."};
+  {
+    ch02::PreallocatedMatvec p;
+    const wb::model::HostMatvec call = [&p](float* o, const float* xv, const float* W, int nn, int dd) {
+      p.matvec(o, xv, W, nn, dd);
+    };
+    WB_CHECK_RESULT(wb::model::check_host_matvec(call, 288, 288, check));
+    try {
+      p.matvec(out.data(), x.data(), static_cast<const float*>(w_map), n, d);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::exception&) {
+      // Expected: cudaMalloc could not find the memory.
+    }
+    cudaGetLastError();  // the failed cudaMalloc's error stays as the "last error": clear it
+    munmap(w_map, w_count * sizeof(float));
+    if (p.w_capacity() >= w_count) {
+      FAIL_CHECK("chapter 02: rule: record the new capacity only after the allocation succeeded. A call with W "
+           << d << "x" << n << " (" << bytes(4 * w_count) << ", over twice this device's memory) failed in cudaMalloc, "
+           << "as it must, but w_capacity() now says " << p.w_capacity()
+           << " floats: the object claims a buffer it does not have, and the next call that fits that capacity "
+              "copies W into freed memory.\nhint: in ensure_capacity: cudaFree the old buffer, *buffer = nullptr, "
+              "*capacity = 0, WB_CUDA(cudaMalloc(...)), and only then *capacity = count.");
+    } else {  // the next call that fits the device must allocate again and be right
+      WB_CHECK_RESULT(wb::model::check_host_matvec(call, 200, 300, check));
+    }
+  }  // (FAIL_CHECK, not FAIL: the line below must run)
+  cudaGetLastError();  // a failed release (a stale pointer freed twice) must not fail the next test
 }
 
 TEST_CASE("PreallocatedMatvec: one object, shapes that grow and shrink") {
