@@ -12,6 +12,7 @@
 #include "../lib/matvec_edges.hpp"
 #include "ch02_adapters.hpp"
 #include "wb/api_counter.hpp"
+#include "wb/kernel_coverage.hpp"
 #include "wb/model/backend_check.hpp"
 #include "wb/model/data.hpp"
 #include "wb/model/synthetic.hpp"
@@ -146,6 +147,11 @@ TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smalle
 // succeeded makes the next call that fits skip the allocation and copy into a freed buffer.
 TEST_CASE("rule: record the new capacity only after the allocation succeeded (a call too big for the device)") {
   WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {  // compute-sanitizer counts the failing cudaMalloc as an API error
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the cudaMalloc this case makes fail on "
+                              "purpose would be reported as an API error");
+    return;
+  }
   std::size_t free_bytes = 0, total_bytes = 0;
   WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int n = 1 << 16;  // W: over twice the device's memory, d rows of n floats
