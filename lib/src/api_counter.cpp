@@ -26,7 +26,8 @@ struct Totals {
       host_unregisters{0}, host_register_bytes{0}, host_unregister_bytes{0}, memcpys{0}, memsets{0},
       device_syncs{0}, stream_syncs{0}, event_syncs{0}, launches{0}, event_creates{0},
       event_destroys{0}, event_records{0}, elapsed_reads{0}, h2d{0}, d2h{0}, d2d{0}, h2h{0},
-      graphs_created{0}, graphs_destroyed{0}, graph_execs_created{0}, graph_execs_destroyed{0};
+      graphs_created{0}, graphs_destroyed{0}, graph_execs_created{0}, graph_execs_destroyed{0},
+      graph_launches{0};
 };
 Totals g_totals;
 CUpti_SubscriberHandle g_subscriber = nullptr;
@@ -311,6 +312,15 @@ void count_call(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
       launch(config ? config->stream : nullptr);
       break;
     }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+      launch(params<cudaLaunchCooperativeKernel_v9000_params>(info).stream);
+      break;
+    // A graph's kernels run without a host launch each: counted apart from `launches`.
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
+      g_totals.graph_launches++;
+      break;
     // Graphs: made by a capture or cudaGraphCreate, instantiated into executable graphs;
     // each must be destroyed by its owner (chapter 08's StepGraph).
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphCreate_v10000:
@@ -397,6 +407,10 @@ constexpr CUpti_CallbackId kCountedCalls[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
     CUPTI_RUNTIME_TRACE_CBID_cudaGraphCreate_v10000,
     CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000,
     CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000,
@@ -446,7 +460,7 @@ void subscribe_once() {
   X(event_records, event_records) X(elapsed_reads, elapsed_reads) X(bytes_h2d, h2d)     \
   X(bytes_d2h, d2h) X(bytes_d2d, d2d) X(bytes_h2h, h2h) X(graphs_created, graphs_created) \
   X(graphs_destroyed, graphs_destroyed) X(graph_execs_created, graph_execs_created)      \
-  X(graph_execs_destroyed, graph_execs_destroyed)
+  X(graph_execs_destroyed, graph_execs_destroyed) X(graph_launches, graph_launches)
 
 ApiCounts snapshot() {
   ApiCounts c;

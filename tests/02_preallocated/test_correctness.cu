@@ -136,10 +136,12 @@ TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smalle
   WB_CHECK_RESULT(wb::model::check_host_matvec(call, 64, 4160, check));
   CHECK_MESSAGE(p.y_capacity() >= 4160u,
                 rule << ": a 4160x64 call after a 4099x4097 one: W and x fit their buffers, but out needs 4160 "
-                        "floats and y holds "
+                        "floats and y_capacity() says y holds "
                      << p.y_capacity()
-                     << ", so the kernel writes past the end of y.\nhint: check every buffer against its own "
-                        "need on every call (W: n*d, x: n, y: d): W and x fitting does not mean y fits.");
+                     << ": either y was not grown (the kernel wrote past its end) or y_capacity() does not say "
+                        "what y holds now (preallocated.hpp: the floats each buffer holds now).\nhint: check "
+                        "every buffer against its own need on every call (W: n*d, x: n, y: d): W and x fitting "
+                        "does not mean y fits.");
 }
 
 // A call too big for the device: its cudaMalloc fails and matvec throws, in the reference too.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "wb/api_counter.hpp"
+#include "wb/check.hpp"
 #include "wb/testing.hpp"
 
 namespace wb::testing {
@@ -17,6 +18,10 @@ namespace wb::testing {
 // the second is counted: what a first call sets up once is not held against it. Without
 // CUPTI (another profiler holds it) a note says so and nothing is checked.
 inline std::string enqueue_only_violation(const std::function<void()>& call) {
+  if (wb::debug_sync_enabled()) {  // WB_CHECK_LAUNCH then synchronizes after every launch itself
+    record_note("WB_DEBUG_SYNC=1 synchronizes after every launch: the enqueue-only rule was not counted");
+    return "";
+  }
   if (!wb::ApiCounter::available()) {
     record_note("CUPTI unavailable, the enqueue-only rule was not counted: " + wb::ApiCounter::unavailable_reason());
     return "";

@@ -36,7 +36,8 @@ struct ApiCounts {
   std::uint64_t memsets = 0;
   std::uint64_t syncs = 0;          // all three kinds below
   std::uint64_t device_syncs = 0, stream_syncs = 0, event_syncs = 0;
-  std::uint64_t launches = 0;       // cudaLaunchKernel and friends
+  std::uint64_t launches = 0;       // cudaLaunchKernel(ExC), cudaLaunchCooperativeKernel
+  std::uint64_t graph_launches = 0; // cudaGraphLaunch (the graph's kernels are not in launches)
   std::uint64_t event_creates = 0, event_destroys = 0;  // cudaEventCreate(WithFlags) / cudaEventDestroy
   std::uint64_t event_records = 0;  // cudaEventRecord(WithFlags)
   std::uint64_t elapsed_reads = 0;  // cudaEventElapsedTime
