@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/owned_stream.hpp"
 #include "../lib/enqueue_only.hpp"
 #include "reference.hpp"
 #include "softmax.cuh"
@@ -320,14 +321,7 @@ std::vector<Problem> make_problems(Shape shape, int how_many) {
   return problems;
 }
 
-struct OwnedStream {
-  cudaStream_t s = nullptr;
-  OwnedStream() { WB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~OwnedStream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-};
+using wb::testing::OwnedStream;
 
 // Long rows with cols % 4 == 0 and != 0, and short rows.
 const std::vector<Shape> kLaunchPatternShapes = {{1, 151936}, {16, 151936}, {3, 20001}, {300, 100}};

@@ -17,6 +17,7 @@
 #include "../lib/captured_graph.hpp"
 #include "../lib/enqueue_only.hpp"
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/owned_stream.hpp"
 #include "gelu.cuh"
 #include "reference.hpp"
 #include "wb/buffer.hpp"
@@ -239,12 +240,9 @@ void check_graph(Impl impl, std::size_t n) {
   const std::string what = std::string("ch05 ") + name_of(impl) + " GELU captured into a CUDA graph, n = " +
                            std::to_string(n) + ", seed " + std::to_string(wb::base_seed());
   wb::GuardedBuffer<float> x_buf(n), y_buf(n), scratch(ch05::gelu_unfused_scratch_count(n));
-  cudaStream_t stream = nullptr;
-  WB_CUDA(cudaStreamCreate(&stream));  // blocking: a launch on the legacy stream breaks the capture
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } guard{stream};
+  // Blocking: a launch on the legacy stream breaks the capture.
+  const wb::testing::OwnedStream owned(cudaStreamDefault);
+  const cudaStream_t stream = owned.s;
   std::unique_ptr<wb::testing::CapturedGraph> graph;
   try {
     graph = std::make_unique<wb::testing::CapturedGraph>(stream, [&](cudaStream_t s) {
@@ -298,12 +296,8 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
   for (const std::size_t n : {std::size_t(7), std::size_t((1 << 20) + 3)}) {
     wb::DeviceBuffer<float> x(n), y(n), scratch(ch05::gelu_unfused_scratch_count(n));
     x.upload(ch05::reference::random_inputs(n, "ch05/enqueue-only/" + std::to_string(n)));
-    cudaStream_t stream = nullptr;
-    WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    struct StreamGuard {
-      cudaStream_t s;
-      ~StreamGuard() { cudaStreamDestroy(s); }
-    } guard{stream};
+    const wb::testing::OwnedStream owned;
+    const cudaStream_t stream = owned.s;
     for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
       const std::string broke = wb::testing::enqueue_only_violation([&] {
         if (impl == Impl::Fused)

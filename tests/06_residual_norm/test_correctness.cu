@@ -19,6 +19,7 @@
 #include "../lib/captured_graph.hpp"
 #include "../lib/enqueue_only.hpp"
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/owned_stream.hpp"
 #include "add_norm.cuh"
 #include "reference.hpp"
 #include "wb/buffer.hpp"
@@ -100,15 +101,9 @@ Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch
   wb::upload_bytes(delta_buf.data() + off.delta, delta_typed.data(), n * sizeof(T));
   wb::upload_bytes(weight_buf.data() + off.weight, p.weight.data(), p.weight.size() * sizeof(float));
   wb::upload_bytes(bias_buf.data() + off.bias, p.bias.data(), p.bias.size() * sizeof(float));
-  cudaStream_t stream = nullptr;
-  if (launch == Launch::Graph)
-    WB_CUDA(cudaStreamCreate(&stream));  // blocking: a launch on the legacy stream breaks the capture
-  else
-    WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } guard{stream};
+  // A graph's stream is blocking: a launch on the legacy stream breaks the capture.
+  const wb::testing::OwnedStream owned(launch == Launch::Graph ? cudaStreamDefault : cudaStreamNonBlocking);
+  const cudaStream_t stream = owned.s;
   r_buf.poison(stream);
   h_buf.poison(stream);
 
@@ -355,12 +350,8 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
     weight.upload(p.weight);
     bias.upload(p.bias);
     const NormParams params{Norm::LayerNorm, weight.data(), bias.data(), p.eps};
-    cudaStream_t stream = nullptr;
-    WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    struct StreamGuard {
-      cudaStream_t s;
-      ~StreamGuard() { cudaStreamDestroy(s); }
-    } guard{stream};
+    const wb::testing::OwnedStream owned;
+    const cudaStream_t stream = owned.s;
     for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
       const std::string broke = wb::testing::enqueue_only_violation([&] {
         if (impl == Impl::Fused) {
