@@ -309,7 +309,7 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
       if (!broke.empty())
         FAIL_CHECK("ch05 " << name_of(impl) << " GELU, n = " << n
                            << ": rule: enqueue the work on `stream` and return without waiting: no "
-                              "synchronization, no allocation, no copies. One call "
+                              "synchronization, no allocation, no copies. Of two calls in a row, one or both "
                            << broke << ".\n" << wb::testing::kEnqueueOnlyHint);
     }
   }

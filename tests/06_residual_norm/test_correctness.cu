@@ -365,7 +365,7 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
       if (!broke.empty())
         FAIL_CHECK("ch06 " << what_of<float>(impl) << ", " << ch06::reference::describe(p)
                            << ": rule: all work enqueued on `stream`: no synchronization, no allocation, "
-                              "no copies. One call "
+                              "no copies. Of two calls in a row, one or both "
                            << broke << ".\n" << wb::testing::kEnqueueOnlyHint);
     }
   }

@@ -14,9 +14,10 @@
 
 namespace wb::testing {
 
-// "" when `call` kept the rule, else what it did and the counts. `call` runs twice and only
-// the second is counted: what a first call sets up once is not held against it. Without
-// CUPTI (another profiler holds it) a note says so and nothing is checked.
+// "" when `call` kept the rule, else what it did and the counts. `call` runs twice and both
+// calls are counted: a shortcut taken only on the first call with given pointers (done on the
+// CPU, then on the GPU once "warm") would pass a count of the second alone. Without CUPTI
+// (another profiler holds it) a note says so and nothing is checked.
 inline std::string enqueue_only_violation(const std::function<void()>& call) {
   if (wb::debug_sync_enabled()) {  // WB_CHECK_LAUNCH then synchronizes after every launch itself
     record_note("WB_DEBUG_SYNC=1 synchronizes after every launch: the enqueue-only rule was not counted");
@@ -26,8 +27,8 @@ inline std::string enqueue_only_violation(const std::function<void()>& call) {
     record_note("CUPTI unavailable, the enqueue-only rule was not counted: " + wb::ApiCounter::unavailable_reason());
     return "";
   }
-  call();
   wb::ApiCounter counter;
+  call();
   call();
   const wb::ApiCounts c = counter.counts();
   std::string broke;
