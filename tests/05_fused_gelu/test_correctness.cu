@@ -60,15 +60,15 @@ void check_input_unchanged(const wb::GuardedBuffer<float>& x_buf, std::size_t x_
                 "scratch and the last one to y, never to x.");
 }
 
-// Runs one GELU on the GPU and returns y. x starts `x_offset` floats and y `y_offset` floats
-// past the start of their allocations: an offset of 1 makes a view that is not 16-byte
-// aligned. Every buffer sits between guard bands: a store past the end fails the test, and
-// so does a change to x.
+// Runs one GELU on the GPU and returns y. x starts `x_offset` floats, y `y_offset` floats and
+// the unfused GELU's scratch `scratch_offset` floats past the start of their allocations: an
+// offset of 1 makes a view that is not 16-byte aligned. Every buffer sits between guard
+// bands: a store past the end fails the test, and so does a change to x.
 std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t x_offset = 0,
-                            std::size_t y_offset = 0) {
+                            std::size_t y_offset = 0, std::size_t scratch_offset = 0) {
   const std::size_t n = x.size();
   wb::GuardedBuffer<float> x_buf(n + x_offset), y_buf(n + y_offset);
-  wb::GuardedBuffer<float> scratch(ch05::gelu_unfused_scratch_count(n));
+  wb::GuardedBuffer<float> scratch(ch05::gelu_unfused_scratch_count(n) + scratch_offset);
   cudaStream_t stream = nullptr;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct StreamGuard {
@@ -86,8 +86,8 @@ std::vector<float> run_gelu(Impl impl, const std::vector<float>& x, std::size_t 
   if (impl == Impl::Fused)
     ch05::gelu_fused(x_buf.data() + x_offset, y_buf.data() + y_offset, n, stream);
   else
-    ch05::gelu_unfused(x_buf.data() + x_offset, y_buf.data() + y_offset, scratch.data(), n,
-                       stream);
+    ch05::gelu_unfused(x_buf.data() + x_offset, y_buf.data() + y_offset,
+                       scratch.data() + scratch_offset, n, stream);
   // Read back on the same (non-blocking) stream: work that escaped it races with this copy.
   std::vector<float> y(n);
   WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data() + y_offset, n * sizeof(float),
@@ -106,23 +106,30 @@ std::string first_line(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
-std::string views_name(std::size_t x_offset, std::size_t y_offset) {
+std::string views_name(std::size_t x_offset, std::size_t y_offset, std::size_t scratch_offset = 0) {
   const auto view = [](const char* name, std::size_t offset) {
     return std::string(name) + " + " + std::to_string(offset) +
            (offset % 4 == 0 ? " (16-byte aligned)" : " (not 16-byte aligned)");
   };
-  return view("x", x_offset) + ", " + view("y", y_offset);
+  return view("x", x_offset) + ", " + view("y", y_offset) +
+         (scratch_offset ? ", " + view("scratch", scratch_offset) : "");
 }
 
 // A call that throws (a CUDA error from a launch or a fault) fails the test with n, the
 // views and the rule the error points at.
 std::string explain_error(const std::exception& e, Impl impl, std::size_t n, std::size_t x_offset,
-                          std::size_t y_offset) {
+                          std::size_t y_offset, std::size_t scratch_offset) {
   const std::string error = first_line(e);
   std::ostringstream m;
-  m << "ch05 " << name_of(impl) << " GELU, n = " << n << ", " << views_name(x_offset, y_offset)
-    << ", seed " << wb::base_seed() << ": the call failed: " << error << "\n";
-  if (error.find("misaligned") != std::string::npos)
+  m << "ch05 " << name_of(impl) << " GELU, n = " << n << ", "
+    << views_name(x_offset, y_offset, scratch_offset) << ", seed " << wb::base_seed()
+    << ": the call failed: " << error << "\n";
+  if (error.find("misaligned") != std::string::npos && scratch_offset % 4 != 0)
+    m << "rule: scratch may be any float pointer too (a slice of a larger workspace, as here): "
+         "t0 = scratch and t1 = scratch + n are operands like x and y.\nhint: decide float4 or "
+         "scalars for each op from the pointers that op touches (every one 16-byte aligned), not "
+         "once from x and y: a fresh cudaMalloc is aligned, a slice of one need not be.";
+  else if (error.find("misaligned") != std::string::npos)
     m << "rule: x and y may be any float pointers, their alignments chosen independently.\n"
          "hint: a float4 access needs a 16-byte aligned address: take the float4 path only when "
          "x AND y are both 16-byte aligned (or peel scalars until both are, when they share "
@@ -137,14 +144,14 @@ std::string explain_error(const std::exception& e, Impl impl, std::size_t n, std
 
 // One run and its check; false when it failed (already reported).
 bool check_one(Impl impl, const std::vector<float>& x, const std::string& what,
-               std::size_t x_offset = 0, std::size_t y_offset = 0) {
+               std::size_t x_offset = 0, std::size_t y_offset = 0, std::size_t scratch_offset = 0) {
   std::vector<float> y;
   try {
-    y = run_gelu(impl, x, x_offset, y_offset);
+    y = run_gelu(impl, x, x_offset, y_offset, scratch_offset);
   } catch (const wb::NotImplemented&) {
     throw;
   } catch (const std::exception& e) {
-    FAIL_CHECK(explain_error(e, impl, x.size(), x_offset, y_offset));
+    FAIL_CHECK(explain_error(e, impl, x.size(), x_offset, y_offset, scratch_offset));
     (void)cudaGetLastError();
     return false;
   }
@@ -329,6 +336,14 @@ TEST_CASE("GELU of views: x and y alignments chosen independently") {
                                  views_name(x_offset, y_offset);
         check_one(impl, ch05::reference::random_inputs(n, "ch05/view"), what, x_offset, y_offset);
       }
+  // The unfused GELU's scratch is a caller's buffer too, and may be a slice of a larger
+  // workspace: x and y aligned, n % 4 == 0, scratch 4 and 8 bytes off the 16-byte grid.
+  for (const std::size_t scratch_offset : {std::size_t(1), std::size_t(2)})
+    for (const std::size_t n : {std::size_t(7), std::size_t(100004)}) {
+      const std::string what = "unfused GELU of views " + views_name(0, 0, scratch_offset);
+      check_one(Impl::Unfused, ch05::reference::random_inputs(n, "ch05/view"), what, 0, 0,
+                scratch_offset);
+    }
 }
 
 // x ends exactly where mapped device memory ends (wb::InputAtEnd): a load past x[n - 1] is an

@@ -39,6 +39,7 @@ struct Choices {
   bool post_ln = false;       // h = norm(x) + delta instead of norm(x + delta)
   bool naive_float = false;   // var = E[r^2] - E[r]^2 in float
   bool bias = true;           // LayerNorm adds the bias (a centered RMSNorm would not)
+  bool rms_bias = false;      // RMSNorm adds the bias it was handed (it must ignore it)
 };
 
 std::vector<double> normalize_with(const Problem& p, std::span<const float> r, Choices c) {
@@ -58,7 +59,7 @@ std::vector<double> normalize_with(const Problem& p, std::span<const float> r, C
     }
     for (int i = 0; i < p.dim; ++i) {
       double out = (source[i] - s.center) * s.scale * p.weight[i];
-      if (c.norm == Norm::LayerNorm && c.bias) out += p.bias[i];
+      if (c.norm == Norm::LayerNorm ? c.bias : c.rms_bias) out += p.bias[i];
       if (c.post_ln) out += p.delta[start + i];
       h[start + i] = out;
     }
@@ -221,16 +222,24 @@ std::string check_normalized(const Problem& p, std::span<const float> r,
     hint = "this is E[r^2] - E[r]^2 in float: when the mean is large against the spread the "
            "two terms cancel and the variance loses every digit. Subtract the mean first "
            "(two passes over the row in registers, or Welford's update).";
+  else if (p.norm == Norm::RMSNorm && p.rmsnorm_gets_bias &&
+           like({Norm::RMSNorm, Variance::Biased, true, false, false, true, /*rms_bias=*/true}))
+    hint = "this is RMSNorm plus the bias: RMSNorm has no bias, and add_norm.cuh says "
+           "NormParams::bias is ignored for it, null or not (this call was handed one, as a "
+           "caller that switches one NormParams between the two norms does). Add the bias when "
+           "params.norm is LayerNorm, not when params.bias is non-null.";
   else if (p.norm == Norm::RMSNorm &&
            like({Norm::LayerNorm, Variance::Biased, true, false, false, /*bias=*/false}))
     hint = "RMSNorm does not subtract the mean (and has no bias): h = r / sqrt(mean(r^2) + "
            "eps) * weight.";
   else if (p.norm == Norm::LayerNorm && large_mean(p, r))
-    hint = "these rows have a mean far larger than their spread (1e4 against 1), where "
-           "E[r^2] - E[r]^2 in float cancels to noise and a float sum of values near 1e4 "
-           "loses the spread: sum the values relative to a pivot (e.g. the row's first value), "
-           "subtract the mean before squaring (two passes over the row in registers, or "
-           "Welford's update), and never add the mean back to the pivot.";
+    hint = "these rows have a mean far larger than their spread (1e4 against 1, or 50 against "
+           "0.01: the ratio counts, not the size), where E[r^2] - E[r]^2 in float cancels to "
+           "noise and a float sum of values near the mean loses the spread: sum the values "
+           "relative to a pivot taken from the row of r itself (e.g. r[0] = x[0] + delta[0]; "
+           "x[0] alone is far from the row when delta carries the mean), subtract the mean "
+           "before squaring (two passes over the row in registers, or Welford's update), and "
+           "never add the mean back to the pivot.";
   else if (result.nan_count > 0)
     hint = eps_hint;
   else

@@ -110,7 +110,7 @@ Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch
   NormParams params;
   params.norm = p.norm;
   params.weight = weight_buf.data() + off.weight;
-  params.bias = p.norm == Norm::LayerNorm ? bias_buf.data() + off.bias : nullptr;
+  params.bias = p.norm == Norm::LayerNorm || p.rmsnorm_gets_bias ? bias_buf.data() + off.bias : nullptr;
   params.eps = p.eps;
   const float* x = x_buf.data() + off.x;
   const T* delta = delta_buf.data() + off.delta;
@@ -216,15 +216,22 @@ struct Shape {
 // lane, 1024 its largest row, in row counts that leave its last block of 4 rows part empty;
 // 1028, 2560, 4096, 6144: its block-per-row packed kernel with 1, 2 and 4 packs per thread),
 // the largest row that fits in one block's registers in the reference (16384) and rows past
-// it (16385, 20000: another path).
+// it (16385, 20000: another path), and one far past any register budget (65537: 64 values
+// a thread of 1024 threads do not hold it; a row kept in registers needs another path).
 const std::vector<Shape> kShapes = {{1, 1},     {1, 3},     {7, 17},    {3, 100},  {1, 512},
                                     {33, 768},  {7, 1024},  {2, 1028},  {5, 1001}, {9, 2560},
                                     {3, 4096},  {3, 6144},  {2, 8191},  {2, 16384},
-                                    {2, 16385}, {1, 20000}};
+                                    {2, 16385}, {1, 20000}, {1, 65537}};
 
+// RMSNorm is handed the problem's bias here (add_norm.cuh: ignored, may be null), which h
+// must not show; the other tests hand it null.
 template <typename T>
 void check_shapes(Impl impl, Norm norm, const std::vector<Shape>& shapes) {
-  for (const Shape& s : shapes) check<T>(impl, problem<T>(s.rows, s.dim, norm, Data::Typical, "shapes"));
+  for (const Shape& s : shapes) {
+    Problem p = problem<T>(s.rows, s.dim, norm, Data::Typical, "shapes");
+    p.rmsnorm_gets_bias = norm == Norm::RMSNorm;
+    check<T>(impl, p, {}, p.rmsnorm_gets_bias ? " (RMSNorm handed a non-null bias, which it must ignore)" : "");
+  }
 }
 
 TEST_CASE("fused add + LayerNorm, fp32, matches the double reference on every shape") {
@@ -267,6 +274,27 @@ TEST_CASE("rows with mean 1e4 and spread 1: the variance must be computed stably
           problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::LargeMean, "mean1e4-row0-at-0");
       for (int i = 0; i < s.dim; ++i) mixed.x[i] -= 1e4f;
       check<float>(impl, mixed, {}, " (row 0 with mean 0, the other rows with mean 1e4)");
+      // The same rows with the mean carried by delta (x ~ N(0, 0.5), delta ~ 1e4 + N(0, 1)):
+      // r is the same, and a pivot near the row must come from r, not from x alone.
+      Problem in_delta =
+          problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::LargeMean, "mean1e4-in-delta");
+      std::swap(in_delta.x, in_delta.delta);
+      check<float>(impl, in_delta, {}, " (rows with mean 1e4 carried by delta, x small: the pivot "
+                                       "must be near r = x + delta)");
+      // Smaller means, as far from 0 against their spread: means of 30 to 90 (either sign),
+      // spread 0.01 (var 1.25e-4, above eps). It is the ratio that makes E[r^2] - E[r]^2
+      // cancel, not the size of the mean.
+      Problem moderate =
+          problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::LargeMean, "mean-30-to-90");
+      for (int row = 0; row < s.rows; ++row) {
+        const float mean = (row % 2 == 0 ? 1.0f : -1.0f) * (30.0f + 20.0f * (row % 4));
+        for (int i = 0; i < s.dim; ++i) {
+          const std::size_t k = std::size_t(row) * s.dim + i;
+          moderate.x[k] = (moderate.x[k] - 1e4f) * 0.01f + mean;
+          moderate.delta[k] *= 0.01f;
+        }
+      }
+      check<float>(impl, moderate, {}, " (rows with means of 30 to 90 and spread 0.01)");
     }
 }
 
