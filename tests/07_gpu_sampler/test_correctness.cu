@@ -524,26 +524,23 @@ struct Fit {
   std::string worst;  // the cells furthest from expectation
 };
 
-// Chi-square of observed counts against N * q (q over the kept tokens, renormalized). Cells
+struct Cell {
+  double expected = 0;
+  long long observed = 0;
+  std::string name;
+};
+
+// Chi-square of observed counts against expected ones, cell by cell in the order given. Cells
 // expected below 5 draws are pooled (in rank order, so the tail forms one cell).
-Fit chi_square(const std::map<int, long long>& counts, const ref::KeptSet& kept, long long n) {
-  struct Cell {
-    double expected = 0;
-    long long observed = 0;
-    std::string name;
-  };
+Fit chi_square_of(const std::vector<Cell>& given) {
   std::vector<Cell> cells;
   Cell pool{0, 0, "the pooled tail"};
-  for (std::size_t i = 0; i < kept.tokens.size(); ++i) {
-    const double e = n * kept.p[i] / kept.mass;
-    const auto it = counts.find(kept.tokens[i]);
-    const long long o = it == counts.end() ? 0 : it->second;
-    if (e >= 5) {
-      cells.push_back({e, o, "token " + std::to_string(kept.tokens[i]) + " (rank " +
-                                 std::to_string(i + 1) + ")"});
+  for (const Cell& c : given) {
+    if (c.expected >= 5) {
+      cells.push_back(c);
     } else {
-      pool.expected += e;
-      pool.observed += o;
+      pool.expected += c.expected;
+      pool.observed += c.observed;
     }
   }
   if (pool.expected >= 5 || cells.empty()) cells.push_back(pool);
@@ -567,6 +564,52 @@ Fit chi_square(const std::map<int, long long>& counts, const ref::KeptSet& kept,
   for (std::size_t i = 0; i < std::min<std::size_t>(3, terms.size()); ++i)
     fit.worst += (i ? "; " : "") + terms[i].second;
   return fit;
+}
+
+// Chi-square of observed counts against N * q (q over the kept tokens, renormalized), one cell
+// per token.
+Fit chi_square(const std::map<int, long long>& counts, const ref::KeptSet& kept, long long n) {
+  std::vector<Cell> cells;
+  cells.reserve(kept.tokens.size());
+  for (std::size_t i = 0; i < kept.tokens.size(); ++i) {
+    const double e = n * kept.p[i] / kept.mass;
+    const auto it = counts.find(kept.tokens[i]);
+    const long long o = it == counts.end() ? 0 : it->second;
+    cells.push_back({e, o, e >= 5 ? "token " + std::to_string(kept.tokens[i]) + " (rank " +
+                                        std::to_string(i + 1) + ")"
+                                  : std::string()});
+  }
+  return chi_square_of(cells);
+}
+
+// The same test with coarser cells: the kept tokens grouped by logit value (rule 2 gives equal
+// logits equal probability), the largest logit first. On a row of thousands of tokens that
+// share a few logit values each token alone gets a dozen draws, too few to show a bias of a
+// few percent; the groups get thousands. Returns false (and no fit) when no two kept tokens
+// of nonzero probability share a logit: the groups would be the tokens.
+bool chi_square_by_logit(const std::map<int, long long>& counts, const ref::KeptSet& kept,
+                         const float* row, long long n, Fit* fit) {
+  std::map<float, Cell> groups;  // -0.0 and +0.0 are one logit: they compare equal
+  std::map<float, long long> members;
+  int possible = 0;
+  for (std::size_t i = 0; i < kept.tokens.size(); ++i) {
+    if (kept.p[i] <= 0) continue;  // masked: drawn never, expected never
+    ++possible;
+    const float x = row[kept.tokens[i]];
+    const auto it = counts.find(kept.tokens[i]);
+    groups[x].expected += n * kept.p[i] / kept.mass;
+    groups[x].observed += it == counts.end() ? 0 : it->second;
+    ++members[x];
+  }
+  if (static_cast<int>(groups.size()) == possible) return false;
+  std::vector<Cell> cells;
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
+    std::ostringstream name;
+    name << "the " << members[it->first] << " token(s) of logit " << it->first;
+    cells.push_back({it->second.expected, it->second.observed, name.str()});
+  }
+  *fit = chi_square_of(cells);
+  return true;
 }
 
 struct DistributionCase {
@@ -627,7 +670,7 @@ void check_distribution(Step step, const DistributionCase& c) {
     const Draws d = runner.run(p);
     const std::string failure = check_draws(one_row, vocab, p, {e}, d);
     if (!failure.empty()) {
-      FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, p) << failure);
+      FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, p) << failure << c.note);
       return;
     }
     for (int t : d.tokens) ++counts[t];
@@ -653,7 +696,27 @@ void check_distribution(Step step, const DistributionCase& c) {
       s << "\nhint: draw with ONE uniform u per (row, step): the first kept token whose running "
            "mass reaches u * (kept mass); every kept token in proportion to its p, masked "
            "ones never; a different u for every row and every step.";
-    FAIL_CHECK(s.str());
+    FAIL_CHECK(s.str() << c.note);
+  }
+  // Where many kept tokens share a logit: the draws counted per logit value as well.
+  Fit grouped;
+  if (fit.p_value >= kAlpha &&
+      chi_square_by_logit(counts, e.kept, c.row.data(), static_cast<long long>(calls) * rows, &grouped)) {
+    wb::testing::record_metric("chi2_p_by_logit_" + c.name, grouped.p_value);
+    if (grouped.p_value < kAlpha)
+      FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, c.params)
+                 << "rule 2: over " << calls * rows << " draws, the tokens counted together by "
+                 << "logit value do not follow the exact distribution (each token alone gets too "
+                    "few draws to show it): chi-square " << grouped.statistic << " on "
+                 << grouped.cells - 1 << " degrees of freedom, p-value " << grouped.p_value << " < "
+                 << kAlpha << ". Furthest cells: " << grouped.worst
+                 << ".\nhint: every kept token is drawn in proportion to its OWN p, also among "
+                    "thousands that share a histogram bin: a draw that picks a bin by its mass and "
+                    "then a token of the bin as if they were equally likely (or ranks them by the "
+                    "bin's average weight) keeps each bin's total and loses the proportions inside "
+                    "it. Refine inside the bin down to a single logit value (the radix select's "
+                    "passes), then pick by index within that run of equal logits."
+                 << c.note);
   }
   check_integrity(runner, step, "distribution of " + c.name);
 }
@@ -700,11 +763,47 @@ std::vector<DistributionCase> distribution_cases() {
     p.top_p = top_p_for_nucleus(row, p, 250);
     cases.push_back({"a 151936-wide row, top_p alone", row, p});
   }
+  {  // A denormal temperature (finite and > 0: a valid argument), with logits in [-1, 1] so that
+     // logits / T stays finite in fp32 (|x| / T <= 2.9e38). Three tokens share the max: p = 1/3
+     // each, every other token 0. Sampled, and greedy through top_k = 1 (T kept for the
+     // confidence).
+    std::uniform_real_distribution<float> below(-1.0f, 0.9f);
+    std::vector<float> row(64);
+    for (float& x : row) x = below(rng);
+    row[5] = row[23] = row[41] = 1.0f;
+    const std::string note =
+        "\nthis row: T = 3.5e-39 is a denormal float. 1 / T = 2.9e38 is still finite, but log2(e) / T "
+        "= 4.1e38 is not: it rounds to +inf, and then the max's own term is exp2((x - max) * inf) = "
+        "exp2(0 * inf) = exp2(NaN), so Z and every confidence are NaN (below T = 2.9e-39, 1 / T "
+        "itself is +inf).\nhint: cap each scale factor at FLT_MAX (fminf(1.0f / T, FLT_MAX), and "
+        "the same for log2(e) / T): (max - max) * FLT_MAX is 0, the max's term is 1, and every "
+        "other term is exp of a huge negative number, 0.";
+    const SamplingParams sampled{3.5e-39f, 0, 1.0f, 19, 0}, greedy{3.5e-39f, 1, 1.0f, 20, 0};
+    cases.push_back({"a row at a denormal T = 3.5e-39 (three equal maxima)", row, sampled, false, note});
+    cases.push_back({"the same row at T = 3.5e-39, top_k = 1", row, greedy, false, note});
+  }
+  {  // An unfiltered draw from one crowded histogram bin: 8192 logits alternating 0 and -0.1,
+     // all within 1/8 of the max, so a 256-bin histogram over (max - x) / T puts every one of
+     // them in its first bin, more than a bounded gather or list holds. The even tokens hold
+     // 1 / (1 + e^-0.1) = 52.5% of the mass. Each token alone gets a dozen draws, too few for
+     // the per-token test to see a bias of 5%; check_distribution also counts them by logit.
+    std::vector<float> row(8192);
+    for (int i = 0; i < 8192; ++i) row[i] = i % 2 == 0 ? 0.0f : -0.1f;
+    const std::string note =
+        "\nthis row: 8192 logits alternating 0 and -0.1, no filter: every token is kept, and every "
+        "one of them falls in the same bin of a histogram over the logits (thousands per block). "
+        "The even tokens must be drawn 52.5% of the time, the odd ones 47.5%.";
+    cases.push_back({"an unfiltered row of 8192 logits alternating 0 and -0.1 (one crowded bin)", row,
+                     SamplingParams{1.0f, 0, 1.0f, 21, 0}, true, note});
+  }
   return cases;
 }
 
 void distributions(Step step) {
-  for (const DistributionCase& c : distribution_cases()) check_distribution(step, c);
+  for (const DistributionCase& c : distribution_cases()) {
+    if (c.beyond_candidates && step == Step::TopCandidates) continue;  // step 3 refuses these rows
+    check_distribution(step, c);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -769,6 +868,58 @@ void membership(Step step) {
                      "that refines over a bounded list of one bin's entries (or a bounded gather) "
                      "sees only part of the row here: when the list overflows, fall back to "
                      "scanning every entry of the bin."});
+  }
+  {  // Equal logits of both signs: -0.0 == +0.0 (rule 2 compares logits), so 8 zeros straddling
+     // rank 20 are one run of ties, ordered by index whatever their sign bits. The row is
+     // shifted so that the run is exactly 0, and the 4 zeros with the lowest indices (the ones
+     // top_k keeps) are made -0.0: an order key taken from the raw bits, where -0.0 sorts below
+     // +0.0, keeps the 4 +0.0 ones instead.
+    std::vector<float> row = normal_row(1000, 0.3f, rng);
+    plant_ties_across_rank(row, 20, 8);
+    const std::vector<int> ranked = ref::ranked_tokens(row.data(), 1000, 24);
+    const float tied = row[ranked[16]];
+    for (float& x : row) x -= tied;  // the run becomes +0.0 (x - x), nothing else 0
+    std::vector<int> zeros(ranked.begin() + 16, ranked.end());
+    std::sort(zeros.begin(), zeros.end());
+    for (int i = 0; i < 4; ++i) row[zeros[i]] = -0.0f;
+    cases.push_back({"top_k 20, 8 zeros (-0.0 and +0.0) across rank 20", row,
+                     SamplingParams{1.0f, 20, 1.0f, 28, 0}, false,
+                     "\nthis row: the 8 equal logits across rank 20 are zeros, -0.0 at the 4 lowest "
+                     "indices and +0.0 at the others. -0.0 == +0.0, so they are one run of equal "
+                     "logits, ordered by index whatever the sign bit: top_k keeps the four -0.0. A "
+                     "radix key made from the raw bits puts every +0.0 above every -0.0.\nhint: fold "
+                     "-0.0 into +0.0 before taking the bits (x == 0.0f ? 0.0f : x), as the lesson's "
+                     "order key does."});
+  }
+  {  // Equal logits across the top_p cut: top_p keeps the shortest prefix of the ORDER, so the cut
+     // can fall inside a run of equal logits, and keeps its tokens with the lowest indices only.
+     // A cut taken as a logit value ("every token whose logit reaches the cut token's") keeps
+     // the whole run. On a short row (a bounded gather's way), and with a run of 3000 equal
+     // logits leading a wider row (too many for a bounded gather: the way beyond it).
+    const std::string note =
+        "\nthis row: equal logits straddle the top_p cut. top_p keeps the SHORTEST prefix of the "
+        "order (logit descending, then index ascending) whose mass reaches top_p of the total, so "
+        "the cut falls inside the run: its tokens with the lowest indices are kept, the rest of "
+        "the run is not. A cut taken as a logit value (keep every token whose logit reaches the "
+        "cut token's) keeps the whole run.\nhint: the cut is a position, as for top_k: inside the "
+        "run (every token of it has the same p), keep the first ceil((target - mass before the "
+        "run) / p) tokens by index.";
+    std::vector<float> row = normal_row(1000, 0.3f, rng);
+    plant_ties_across_rank(row, 40, 8);
+    SamplingParams p{1.0f, 0, 1.0f, 29, 0};
+    p.top_p = top_p_for_nucleus(row, p, 40);
+    cases.push_back({"top_p cut inside a run of 8 equal logits (ranks 37 to 44; the first 40 kept)",
+                     row, p, false, note});
+    std::vector<float> wide = normal_row(9000, 1.0f, rng);
+    std::vector<int> ids(wide.size());
+    for (int i = 0; i < static_cast<int>(ids.size()); ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (float& x : wide) x -= 4.0f;  // N(-4, 1): below the run (max about -0.2)
+    for (int i = 0; i < 3000; ++i) wide[ids[i]] = 1.0f;
+    SamplingParams q{1.0f, 0, 1.0f, 30, 0};
+    q.top_p = top_p_for_nucleus(wide, q, 1500);
+    cases.push_back({"top_p cut inside a run of 3000 equal logits leading a 9000-wide row (the first "
+                     "1500 kept)", wide, q, true, note});
   }
   for (const DistributionCase& c : cases) {
     // Step 3 refuses these rows. Racecheck leaves them out: a wide row's selections re-read

@@ -24,6 +24,7 @@
 #include "../lib/kernel_coverage_test.hpp"
 #include "kernel_reference.hpp"
 #include "token_loop.cuh"
+#include "wb/api_counter.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
@@ -723,6 +724,47 @@ TEST_CASE("captured once in a CUDA graph, replayed at positions 0..9: *pos is re
   vc.poison();
   WB_CUDA(cudaDeviceSynchronize());  // the poison ran on the legacy stream, the graph will not
   Stream stream;
+  // First the three calls made directly (not captured): they must not wait, allocate or copy
+  // either. The decoder's step-by-step loop calls them so, and a call that waits only when its
+  // stream is not being captured (the capture would fail on it) blocks that loop at every call
+  // and makes the graph look faster than it is. CUPTI counts the calls.
+  if (wb::ApiCounter::available()) {
+    const int zero = 0;
+    pos.upload(std::span<const int>(&zero, 1));
+    auto direct_rng = wb::rng_for("ch08/graph/direct");
+    for (wb::DeviceBuffer<float>* b : {&q, &k, &v, &gate, &up})
+      b->upload(wb::random_normal(b->size(), 0.0f, 1.0f, direct_rng));
+    const auto enqueue_only = [&](const std::string& name, const std::function<void()>& call) {
+      wb::ApiCounts c;
+      {
+        wb::ApiCounter counter;
+        call();
+        c = counter.counts();
+      }
+      if (c.syncs != 0 || c.mallocs != 0 || c.frees != 0 || c.host_allocs != 0 || c.host_frees != 0 ||
+          c.bytes_h2d != 0 || c.bytes_d2h != 0)
+        FAIL_CHECK("ch08 " << name << ", called directly on a created stream (not captured), " << seed_text()
+                           << ": rule: every function enqueues on `stream` and returns without waiting: no "
+                              "synchronization, no allocation, no host<->device copy, whether or not the "
+                              "stream is being captured. CUPTI counted: " << c.summary()
+                           << "\nhint: launch on the stream and return; the caller decides when to wait. A "
+                              "synchronize skipped while the stream is captured still blocks the decoder's "
+                              "step-by-step loop at every call.");
+    };
+    enqueue_only("rope_and_append", [&] {
+      ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), dim, kv_dim, kHs, pos.data(),
+                            stream.s);
+    });
+    enqueue_only("attention", [&] {
+      ch08::attention(att.data(), q.data(), kc.data(), vc.data(), scores.data(), kHeads, kKvHeads, kHs, kSeq,
+                      pos.data(), stream.s);
+    });
+    enqueue_only("swiglu", [&] { ch08::swiglu(gate.data(), gate.data(), up.data(), dim, stream.s); });
+    WB_CUDA(cudaStreamSynchronize(stream.s));  // row 0 of the caches: the first replay rewrites it
+  } else {
+    wb::testing::record_note("CUPTI unavailable, the direct calls' synchronizations were not counted: " +
+                             wb::ApiCounter::unavailable_reason());
+  }
   // The capture. A call that synchronizes, allocates or copies fails it (or throws).
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -798,6 +840,89 @@ TEST_CASE("captured once in a CUDA graph, replayed at positions 0..9: *pos is re
                          "through the pointer inside the kernels (int p = *pos), never on the host.");
       break;
     }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// The same contract at the shape the capstone's graph runs (the synthetic 110M model: 12 heads
+// x 64, seq_len 1024), attention alone, captured once and replayed at positions far apart,
+// each replay against the double reference: a call must compute the same thing whether or not
+// its stream is being captured. (The graph above has 6 heads of 16 and 16 positions; the model
+// tests run their graphs on smaller models, and the timing test's 110M graph is checked only
+// over its first 64 positions.)
+TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replayed at positions up to 1023") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  // pos = seq_len - 1: every row of the caches holds a real key and value (no garbage rows).
+  ref::AttentionProblem p = make_attention(AttCase{12, 12, 64, 1024, 1023}, "ch08/graph/attention-110m");
+  const std::string what = "ch08 attention in a CUDA graph, 12 heads / 12 KV heads x 64, seq_len 1024 (the "
+                           "110M model's), " + seed_text();
+  wb::DeviceBuffer<float> q(p.q.size()), kc(p.key_cache.size()), vc(p.value_cache.size()), out(p.q.size()),
+      scores(std::size_t(p.n_heads) * p.seq_len);
+  wb::DeviceBuffer<int> pos(1);
+  q.upload(p.q);
+  kc.upload(p.key_cache);
+  vc.upload(p.value_cache);
+  Stream stream;
+  const auto call = [&](float* result) {
+    ch08::attention(result, q.data(), kc.data(), vc.data(), scores.data(), p.n_heads, p.n_kv_heads, p.head_size,
+                    p.seq_len, pos.data(), stream.s);
+  };
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  WB_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  try {
+    call(out.data());
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(stream.s, &broken);
+    if (broken) cudaGraphDestroy(broken);
+    cudaGetLastError();
+    throw;
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream.s, &graph);
+  if (end != cudaSuccess || graph == nullptr) {
+    cudaGetLastError();
+    FAIL(what << ": rule: the calls enqueue on `stream` without synchronizing, allocating or copying. The "
+                 "graph capture failed (" << cudaGetErrorString(end) << ").\nhint: no synchronize, "
+                 "allocation or copy inside attention; launch on the stream you are given.");
+  }
+  WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const std::size_t hs = std::size_t(p.head_size);
+  const auto index_name = [hs](std::size_t i) {
+    return "out[" + std::to_string(i) + "] (head " + std::to_string(i / hs) + ", element " +
+           std::to_string(i % hs) + ")";
+  };
+  const auto allowed = [](const std::vector<double>& e) {
+    return [&e](std::size_t i) { return kAttTol.atol + kAttTol.rtol * std::fabs(e[i]); };
+  };
+  for (const int at : {0, 1, 63, 64, 100, 777, 1023}) {
+    pos.upload(std::span<const int>(&at, 1));
+    WB_CUDA(cudaGraphLaunch(exec, stream.s));
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    const std::vector<float> got = out.download();
+    p.pos = at;  // the reference reads rows 0 .. at
+    const std::vector<double> expected = ref::attention(p);
+    const std::string bad = ref::mismatches(got, expected, allowed(expected), index_name);
+    if (bad.empty()) continue;
+    // The same call made directly, at the same position: does only the captured one differ?
+    wb::DeviceBuffer<float> direct(p.q.size());
+    call(direct.data());
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    const bool direct_right = ref::matches(direct.download(), expected, allowed(expected));
+    FAIL_CHECK(what << ": rule: a captured call computes what the same call computes directly. Replay at *pos = "
+                    << at << " (attention over positions 0 .. " << at << "): " << bad
+                    << (direct_right ? ". The same call made directly (not captured) gives the right result: what "
+                                       "the kernels do must not depend on whether the stream is being captured"
+                                     : "")
+                    << ".\nhint: every position t <= *pos counts, at every replay; a graph replays the captured "
+                       "kernels with their captured arguments, reading *pos (and the caches) through their "
+                       "pointers.");
+    break;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -165,6 +165,38 @@ TEST_CASE("StepGraph: a throwing enqueue_step ends the capture; bad calls throw"
   if (!threw)
     FAIL("ch08 StepGraph: an exception thrown by enqueue_step did not reach the caller unchanged\nhint: "
          "rethrow it (throw;) after ending the capture");
+  // Any type can be thrown, not only a std::exception: a caller's own type (or an int) must end
+  // the capture all the same, and reach the caller unchanged.
+  struct StepAborted {
+    int code;
+  };
+  bool aborted = false;
+  try {
+    g.capture(
+        [&](cudaStream_t st) {
+          write_value<<<1, 1, 0, st>>>(value.data(), 1);
+          throw StepAborted{42};
+        },
+        s);
+  } catch (const StepAborted& e) {
+    aborted = e.code == 42;
+  }
+  status = cudaStreamCaptureStatusNone;
+  WB_CUDA(cudaStreamIsCapturing(s, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t leftover = nullptr;
+    cudaStreamEndCapture(s, &leftover);  // clean up for the rest of the run
+    if (leftover) cudaGraphDestroy(leftover);
+    (void)cudaGetLastError();
+    FAIL("ch08 StepGraph: rule: a failed capture ends the capture, whatever enqueue_step throws. enqueue_step "
+         "threw a StepAborted (a type of the caller's, not derived from std::exception), and the stream was still "
+         "capturing afterwards (every later call on it fails; a std::runtime_error was handled)\nhint: catch (...) "
+         "around enqueue_step, not catch (const std::exception&): C++ can throw any type. End the capture, destroy "
+         "what cudaStreamEndCapture returns, then rethrow with throw;");
+  }
+  if (!aborted)
+    FAIL("ch08 StepGraph: an exception of a type not derived from std::exception, thrown by enqueue_step, did not "
+         "reach the caller unchanged\nhint: rethrow it (throw;) after ending the capture");
   CHECK_MESSAGE(!g.captured(), "ch08 StepGraph: after a failed capture nothing is kept (captured() is false)");
   CHECK_THROWS_AS(g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(value.data(), 1); }, nullptr),
                   std::invalid_argument);
