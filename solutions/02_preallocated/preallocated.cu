@@ -36,12 +36,14 @@ __device__ __forceinline__ float dot(float4 w, float4 x) {
 // before the first multiply, so their latencies overlap instead of adding up.
 // W is read once: __ldcs ("cache streaming") keeps it from pushing x out of the caches;
 // x is read by every block, __ldg takes it through the read-only cache.
+// The indices are std::size_t: j steps up to kLoadsPerThread * stride past count before the
+// loops stop, beyond the largest int when a row of single floats is nearly 2^31 long.
 template <typename T>
 __device__ __forceinline__ float row_partial(const T* __restrict__ w, const T* __restrict__ x,
-                                             int count) {
-  const int stride = blockDim.x;
+                                             std::size_t count) {
+  const std::size_t stride = blockDim.x;
   float sum = 0.0f;
-  int j = threadIdx.x;
+  std::size_t j = threadIdx.x;
   for (; j + (kLoadsPerThread - 1) * stride < count; j += kLoadsPerThread * stride) {
     T wv[kLoadsPerThread];
 #pragma unroll
@@ -103,7 +105,8 @@ inline void enqueue_matvec(float* y, const float* x, const float* W, int n, int 
                            cudaStream_t stream) {
   const bool rows_16B_aligned = n % 4 == 0 && aligned16(W) && aligned16(x);
   const int loads = rows_16B_aligned ? n / 4 : n;
-  const int warps = (loads + kLoadsPerThread * kWarpSize - 1) / (kLoadsPerThread * kWarpSize);
+  // ceil(loads / 64) without computing loads + 63, which overflows an int when n is near 2^31.
+  const int warps = (loads - 1) / (kLoadsPerThread * kWarpSize) + 1;
   const int threads = kWarpSize * std::min(warps, kMaxThreads / kWarpSize);
   matvec_kernel<<<d, threads, 0, stream>>>(y, x, W, n, rows_16B_aligned);
   WB_CHECK_LAUNCH("matvec_kernel");

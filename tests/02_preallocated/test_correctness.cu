@@ -2,9 +2,11 @@
 // shrink, the allocation rule (enforced by counting CUDA API calls), and the whole model.
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <sys/mman.h>
@@ -40,6 +42,42 @@ bool api_counting_or_skip() {
 
 // Free bytes the CUDA API saw, as a message fragment.
 std::string bytes(std::uint64_t b) { return std::to_string(b) + " B"; }
+
+// The cudaMalloc (M) and cudaFree (X) calls of a trace, in order, leaving out the buffers that
+// were both allocated and freed within it.
+std::string lasting_allocations(const std::vector<wb::ApiTraceEntry>& trace) {
+  std::vector<bool> keep(trace.size(), false);
+  std::unordered_map<const void*, std::size_t> allocated;  // pointer -> its cudaMalloc's entry
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].call == wb::ApiCall::Malloc) {
+      allocated[trace[i].handle] = i;
+      keep[i] = true;
+    } else if (trace[i].call == wb::ApiCall::Free) {
+      const auto it = allocated.find(trace[i].handle);
+      if (it == allocated.end()) {
+        keep[i] = true;  // a buffer from before the trace
+      } else {
+        keep[it->second] = false;  // allocated and freed within it
+        allocated.erase(it);
+      }
+    }
+  }
+  std::string calls;
+  for (std::size_t i = 0; i < trace.size(); ++i)
+    if (keep[i]) calls += trace[i].code();
+  return calls;
+}
+
+// True when, part way through `calls` (M allocates, X frees), more allocations are held than
+// before them and than after them.
+bool holds_more_than_before_and_after(const std::string& calls) {
+  int held = 0, most = 0;
+  for (const char c : calls) {
+    held += c == 'M' ? 1 : -1;
+    most = std::max(most, held);
+  }
+  return most > std::max(held, 0);
+}
 
 }  // namespace
 
@@ -110,7 +148,13 @@ TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smalle
                     << "\nhint: ensure_capacity does nothing when the buffer is already big enough.");
   wb::ApiCounter growth;
   try {
-    WB_CHECK_RESULT(wb::model::check_host_matvec(call, 4097, 4099, check));
+    std::vector<wb::ApiTraceEntry> order;  // the growth's cudaMalloc and cudaFree calls, in order
+    {
+      std::optional<wb::ApiTrace> trace;
+      if (counting) trace.emplace();
+      WB_CHECK_RESULT(wb::model::check_host_matvec(call, 4097, 4099, check));
+      if (trace) order = trace->entries();
+    }
     const wb::ApiCounts g = growth.counts();
     // All three buffers grew: the old ones (w1 + x1 + y1 floats) must have been freed.
     const std::uint64_t old_bytes = 4 * (std::uint64_t(w1) + x1 + y1);
@@ -120,6 +164,21 @@ TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smalle
                  << bytes(old_bytes) << "; it freed " << bytes(g.free_bytes) << " (" << g.resources()
                  << ")\nhint: in ensure_capacity, cudaFree(*buffer) before cudaMalloc'ing the bigger one, or every "
                     "growth leaks the old buffer.");
+    // Freed, but when? Allocating the new buffer while the old one is still held needs old + new
+    // bytes at once: a growth that fits the device on its own (a 48 GB W after a 36 GB one on an
+    // 80 GB GPU) then fails. Counted in allocations: the call never holds more of them than before
+    // it or after it. (A buffer allocated and freed within the call is left out: allocating per
+    // call is another rule's failure.)
+    const std::string calls = lasting_allocations(order);
+    if (holds_more_than_before_and_after(calls))
+      FAIL_CHECK("chapter 02: rule: free the old buffer before you allocate the bigger one. A 4099x4097 call after "
+                 "a 2048x768 one grew the buffers; during it your wrapper held more device allocations than before "
+                 "or after it (its calls in order, M cudaMalloc, X cudaFree: "
+                 << calls << "): a new buffer was allocated while the one it replaces was still held. For that "
+                    "moment a growth needs the old and the new buffer at once, so one that fits the device on its "
+                    "own (a 48 GB W after a 36 GB one on an 80 GB GPU) fails in cudaMalloc.\nhint: in "
+                    "ensure_capacity: cudaFree(*buffer); *buffer = nullptr; *capacity = 0; only then cudaMalloc "
+                    "the bigger one (preallocated.hpp: free the old buffer and allocate a new one).");
   } catch (const wb::NotImplemented&) {
     throw;
   } catch (const std::exception& e) {
