@@ -15,12 +15,14 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../lib/captured_graph.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "kernel_reference.hpp"
 #include "token_loop.cuh"
@@ -872,26 +874,14 @@ TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replaye
     ch08::attention(result, q.data(), kc.data(), vc.data(), scores.data(), p.n_heads, p.n_kv_heads, p.head_size,
                     p.seq_len, pos.data(), stream.s);
   };
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  WB_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  std::optional<wb::testing::CapturedGraph> graph;  // an exception of the call ends the capture
   try {
-    call(out.data());
-  } catch (...) {
-    cudaGraph_t broken = nullptr;
-    cudaStreamEndCapture(stream.s, &broken);
-    if (broken) cudaGraphDestroy(broken);
-    cudaGetLastError();
-    throw;
-  }
-  const cudaError_t end = cudaStreamEndCapture(stream.s, &graph);
-  if (end != cudaSuccess || graph == nullptr) {
-    cudaGetLastError();
+    graph.emplace(stream.s, [&](cudaStream_t) { call(out.data()); });
+  } catch (const wb::CudaError& e) {
     FAIL(what << ": rule: the calls enqueue on `stream` without synchronizing, allocating or copying. The "
-                 "graph capture failed (" << cudaGetErrorString(end) << ").\nhint: no synchronize, "
-                 "allocation or copy inside attention; launch on the stream you are given.");
+                 "graph capture failed (" << e.what() << ").\nhint: no synchronize, allocation or copy inside "
+                 "attention; launch on the stream you are given.");
   }
-  WB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   const std::size_t hs = std::size_t(p.head_size);
   const auto index_name = [hs](std::size_t i) {
     return "out[" + std::to_string(i) + "] (head " + std::to_string(i / hs) + ", element " +
@@ -902,7 +892,7 @@ TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replaye
   };
   for (const int at : {0, 1, 63, 64, 100, 777, 1023}) {
     pos.upload(std::span<const int>(&at, 1));
-    WB_CUDA(cudaGraphLaunch(exec, stream.s));
+    graph->replay(stream.s);
     WB_CUDA(cudaStreamSynchronize(stream.s));
     const std::vector<float> got = out.download();
     p.pos = at;  // the reference reads rows 0 .. at
@@ -924,8 +914,6 @@ TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replaye
                        "pointers.");
     break;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // Last: every kernel of the reference (namespace ch08::kernels) must have run above.

@@ -41,6 +41,19 @@ using namespace ch08::model_checks;
 
 __global__ void write_value(int* p, int v) { *p = v; }
 
+// True when `s` was still capturing (a failed capture that did not end it); the capture is then
+// ended and what it held destroyed, so that the rest of the run can use the stream.
+bool end_leftover_capture(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  WB_CUDA(cudaStreamIsCapturing(s, &status));
+  if (status == cudaStreamCaptureStatusNone) return false;
+  cudaGraph_t leftover = nullptr;
+  cudaStreamEndCapture(s, &leftover);
+  if (leftover) cudaGraphDestroy(leftover);
+  (void)cudaGetLastError();
+  return true;
+}
+
 }  // namespace
 
 // ---- StepGraph's own rules ------------------------------------------------------------------
@@ -93,13 +106,7 @@ TEST_CASE("StepGraph: every graph it makes is destroyed (recapture, failed captu
         g.capture([&](cudaStream_t st) { step(st); throw std::runtime_error("on purpose"); }, s);
       } catch (const std::runtime_error&) {
       }
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      WB_CUDA(cudaStreamIsCapturing(s, &status));
-      if (status != cudaStreamCaptureStatusNone) {  // the next test case names that rule
-        cudaGraph_t leftover = nullptr;
-        cudaStreamEndCapture(s, &leftover);
-        if (leftover) cudaGraphDestroy(leftover);
-        (void)cudaGetLastError();
+      if (end_leftover_capture(s)) {  // the next test case names that rule
         WB_CUDA(cudaStreamDestroy(s));
         wb::testing::record_note("the failed capture left the stream capturing: leaks not counted");
         return;
@@ -151,13 +158,7 @@ TEST_CASE("StepGraph: a throwing enqueue_step ends the capture; bad calls throw"
   } catch (const std::runtime_error& e) {
     threw = std::string(e.what()) == "enqueue_step failed on purpose";
   }
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  WB_CUDA(cudaStreamIsCapturing(s, &status));
-  if (status != cudaStreamCaptureStatusNone) {
-    cudaGraph_t leftover = nullptr;
-    cudaStreamEndCapture(s, &leftover);  // clean up for the rest of the run
-    if (leftover) cudaGraphDestroy(leftover);
-    (void)cudaGetLastError();
+  if (end_leftover_capture(s)) {
     FAIL("ch08 StepGraph: rule: a failed capture ends the capture. enqueue_step threw, and the stream was "
          "still capturing afterwards (every later call on it fails)\nhint: catch the exception around "
          "enqueue_step, call cudaStreamEndCapture (and destroy what it returns), then rethrow");
@@ -181,13 +182,7 @@ TEST_CASE("StepGraph: a throwing enqueue_step ends the capture; bad calls throw"
   } catch (const StepAborted& e) {
     aborted = e.code == 42;
   }
-  status = cudaStreamCaptureStatusNone;
-  WB_CUDA(cudaStreamIsCapturing(s, &status));
-  if (status != cudaStreamCaptureStatusNone) {
-    cudaGraph_t leftover = nullptr;
-    cudaStreamEndCapture(s, &leftover);  // clean up for the rest of the run
-    if (leftover) cudaGraphDestroy(leftover);
-    (void)cudaGetLastError();
+  if (end_leftover_capture(s)) {
     FAIL("ch08 StepGraph: rule: a failed capture ends the capture, whatever enqueue_step throws. enqueue_step "
          "threw a StepAborted (a type of the caller's, not derived from std::exception), and the stream was still "
          "capturing afterwards (every later call on it fails; a std::runtime_error was handled)\nhint: catch (...) "
