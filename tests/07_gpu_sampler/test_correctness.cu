@@ -763,6 +763,22 @@ std::vector<DistributionCase> distribution_cases() {
     p.top_p = top_p_for_nucleus(row, p, 250);
     cases.push_back({"a 151936-wide row, top_p alone", row, p});
   }
+  {  // A tail of many tiny terms: one logit 0 and 151935 at -20, top_k = 1. Each tail term is
+     // e^-20 = 2.1e-9, together 3.1e-4 of Z: the confidence is 1 / (1 + 151935 e^-20) = 0.99969,
+     // not 1 (the lesson's tolerance is 1e-4). A softmax that stops summing at the first term
+     // below some threshold (2^-24, or anything down to 2^-28), or adds the terms one by one to
+     // a float total of 1, loses the whole tail and reports 1.
+    std::vector<float> row(151936, -20.0f);
+    row[70001] = 0.0f;
+    const std::string note =
+        "\nthis row: one logit 0 and 151935 at -20. Each of those terms is e^-20 = 2.1e-9, tiny alone, "
+        "but together they are 3.1e-4 of Z, so the kept token's confidence is 0.99969, not 1.\nhint: Z is "
+        "the sum over the whole row: never stop at the first small term. On the CPU sum in double (2.1e-9 "
+        "added to a float total of 1 adds nothing); on the GPU each thread's float partial sum, combined "
+        "in a tree, keeps them.";
+    cases.push_back({"top_k 1 on a 151936-wide row of one 0 and 151935 logits at -20 (a tail of tiny terms)",
+                     row, SamplingParams{1.0f, 1, 1.0f, 22, 0}, false, note});
+  }
   {  // A denormal temperature (finite and > 0: a valid argument), with logits in [-1, 1] so that
      // logits / T stays finite in fp32 (|x| / T <= 2.9e38). Three tokens share the max: p = 1/3
      // each, every other token 0. Sampled, and greedy through top_k = 1 (T kept for the
