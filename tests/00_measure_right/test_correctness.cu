@@ -339,6 +339,25 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// What the timer reports for a probe whose samples take `samples_ms` in call order, after
+// `warmup` calls of `warmup_ms` (calls beyond them take 5 ms), recorded as `metric`; the
+// probe must have run on the given stream.
+double timer_on_probe(cudaStream_t stream, const std::vector<double>& samples_ms, int warmup,
+                      double warmup_ms, const std::string& metric) {
+  const int n = int(samples_ms.size());
+  ch00::support::reset_log(stream);
+  Probe probe(stream, [&](int call) {
+    if (call < warmup) return 1e3 * warmup_ms;
+    if (call >= warmup + n) return 5000.0;
+    return 1e3 * samples_ms[std::size_t(call - warmup)];
+  });
+  const ch00::TimerOptions opt{.warmup = warmup, .samples = n, .cold_cache = false};
+  const double got = ch00::time_work_ms(probe.work(), stream, opt);
+  wb::testing::record_metric(metric, got);
+  check_called_on_stream(probe);
+  return got;
+}
+
 }  // namespace
 
 TEST_CASE("does what its options say: warmup, samples, cold cache, events (the timer's log)") {
@@ -404,16 +423,7 @@ TEST_CASE("reports the median of all the samples it was asked for, from this cal
     std::vector<double> samples_ms;
     for (double v : order) samples_ms.push_back(v * scale);
     const int n = int(samples_ms.size());
-    ch00::support::reset_log(stream.get());
-    Probe probe(stream.get(), [&](int call) {
-      if (call < warmup) return 4000.0;
-      if (call >= warmup + n) return 5000.0;
-      return 1e3 * samples_ms[std::size_t(call - warmup)];
-    });
-    const ch00::TimerOptions opt{.warmup = warmup, .samples = n, .cold_cache = false};
-    const double got = ch00::time_work_ms(probe.work(), stream.get(), opt);
-    wb::testing::record_metric(std::string("reported_ms_probe_") + name, got);
-    check_called_on_stream(probe);
+    const double got = timer_on_probe(stream.get(), samples_ms, warmup, 4.0, "reported_ms_probe_" + name);
     const double want = median_of(samples_ms);
     if (std::abs(got - want) > 0.06 * want + 0.02) {
       std::ostringstream diagnosis;
@@ -460,16 +470,7 @@ TEST_CASE("reports the median of an even number of samples (rule 6)") {
     std::vector<double> samples_ms;
     for (double v : order) samples_ms.push_back(v * scale);
     const int n = int(samples_ms.size());
-    ch00::support::reset_log(stream.get());
-    Probe probe(stream.get(), [&](int call) {
-      if (call < warmup) return 3000.0;
-      if (call >= warmup + n) return 5000.0;
-      return 1e3 * samples_ms[std::size_t(call - warmup)];
-    });
-    const ch00::TimerOptions opt{.warmup = warmup, .samples = n, .cold_cache = false};
-    const double got = ch00::time_work_ms(probe.work(), stream.get(), opt);
-    wb::testing::record_metric(std::string("reported_ms_even_probe_") + name, got);
-    check_called_on_stream(probe);
+    const double got = timer_on_probe(stream.get(), samples_ms, warmup, 3.0, "reported_ms_even_probe_" + name);
     std::vector<double> sorted = samples_ms;
     std::sort(sorted.begin(), sorted.end());
     const double lower = sorted[std::size_t(n / 2 - 1)], upper = sorted[std::size_t(n / 2)];

@@ -75,6 +75,30 @@ struct Output {
   bool ran = true;  // false: the call failed, and the test has already said why
 };
 
+// An fp32 LayerNorm problem on the device: its inputs uploaded into allocations of exactly their
+// size, r and h allocated; call() enqueues either implementation on it.
+struct OnDevice {
+  explicit OnDevice(const Problem& problem)
+      : p(problem), n(std::size_t(p.rows) * p.dim), x(n), delta(n), r(n), h(n), weight(p.dim), bias(p.dim) {
+    x.upload(p.x);
+    delta.upload(p.delta);
+    weight.upload(p.weight);
+    bias.upload(p.bias);
+  }
+  void call(Impl impl, cudaStream_t stream) {
+    const NormParams params{Norm::LayerNorm, weight.data(), bias.data(), p.eps};
+    if (impl == Impl::Fused) {
+      ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), p.rows, p.dim, params, stream);
+    } else {
+      ch06::residual_add(x.data(), delta.data(), r.data(), n, stream);
+      ch06::norm_rows(r.data(), h.data(), p.rows, p.dim, params, stream);
+    }
+  }
+  const Problem& p;
+  const std::size_t n;
+  wb::DeviceBuffer<float> x, delta, r, h, weight, bias;
+};
+
 // How the test enqueues the call: directly on a non-blocking stream, or captured into a CUDA
 // graph on a blocking stream and replayed (all work on `stream`: tests/lib/captured_graph.hpp).
 enum class Launch { Direct, Graph };
@@ -371,24 +395,11 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
   WB_REQUIRE_GPU();
   for (const Shape s : std::vector<Shape>{{33, 768}, {5, 1001}, {1, 20000}}) {
     const Problem p = problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::Typical, "enqueue-only");
-    const std::size_t n = std::size_t(p.rows) * p.dim;
-    wb::DeviceBuffer<float> x(n), delta(n), r(n), h(n), weight(p.dim), bias(p.dim);
-    x.upload(p.x);
-    delta.upload(p.delta);
-    weight.upload(p.weight);
-    bias.upload(p.bias);
-    const NormParams params{Norm::LayerNorm, weight.data(), bias.data(), p.eps};
+    OnDevice on_device(p);
     const wb::testing::OwnedStream owned;
     const cudaStream_t stream = owned.s;
     for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
-      const std::string broke = wb::testing::enqueue_only_violation([&] {
-        if (impl == Impl::Fused) {
-          ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), p.rows, p.dim, params, stream);
-        } else {
-          ch06::residual_add(x.data(), delta.data(), r.data(), n, stream);
-          ch06::norm_rows(r.data(), h.data(), p.rows, p.dim, params, stream);
-        }
-      });
+      const std::string broke = wb::testing::enqueue_only_violation([&] { on_device.call(impl, stream); });
       WB_CUDA(cudaStreamSynchronize(stream));
       if (!broke.empty())
         FAIL_CHECK("ch06 " << what_of<float>(impl) << ", " << ch06::reference::describe(p)
@@ -412,29 +423,17 @@ TEST_CASE("more rows than a grid's y or z dimension holds (70000 rows)") {
 TEST_CASE("inputs that end exactly where their allocation ends") {
   WB_REQUIRE_GPU();
   const Problem p = problem<float>(3, 1001, Norm::LayerNorm, Data::Typical, "tight");
-  const std::size_t n = std::size_t(p.rows) * p.dim;
-  wb::DeviceBuffer<float> x(n), delta(n), r(n), h(n), weight(p.dim), bias(p.dim);
-  x.upload(p.x);
-  delta.upload(p.delta);
-  weight.upload(p.weight);
-  bias.upload(p.bias);
-  const NormParams params{Norm::LayerNorm, weight.data(), bias.data(), p.eps};
+  OnDevice on_device(p);
   for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
-    r.poison();
-    h.poison();
-    if (impl == Impl::Fused) {
-      ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), p.rows, p.dim, params,
-                           nullptr);
-    } else {
-      ch06::residual_add(x.data(), delta.data(), r.data(), n, nullptr);
-      ch06::norm_rows(r.data(), h.data(), p.rows, p.dim, params, nullptr);
-    }
+    on_device.r.poison();
+    on_device.h.poison();
+    on_device.call(impl, nullptr);
     WB_CUDA(cudaDeviceSynchronize());
     const std::string what = what_of<float>(impl) + " (tight allocations)";
-    const std::string r_failure = ch06::reference::check_residual(p, r.download(), what);
+    const std::string r_failure = ch06::reference::check_residual(p, on_device.r.download(), what);
     if (!r_failure.empty()) FAIL_CHECK(r_failure);
     const std::string h_failure = ch06::reference::check_normalized(
-        p, ch06::reference::residual(p), h.download(), ch06::reference::kHFp32Tol, what);
+        p, ch06::reference::residual(p), on_device.h.download(), ch06::reference::kHFp32Tol, what);
     if (!h_failure.empty()) FAIL_CHECK(h_failure);
   }
 }
