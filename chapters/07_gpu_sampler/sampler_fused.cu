@@ -26,8 +26,9 @@ std::size_t fused_sampler_workspace_bytes(int rows, int vocab) {
 }
 
 // TODO: your kernel(s). One plan (one block per row):
-//   1. the max of z = logits / T and whether the row is bad (rule 5);
-//   2. the sum of exp(z - max);
+//   1. the max of the logits and whether the row is bad (rule 5);
+//   2. the sum of exp((x - max) / T): take the difference first, and multiply by 1 / T
+//      capped at FLT_MAX (x / T overflows for a denormal T or a logit near FLT_MAX);
 //   3. greedy: the argmax, lowest index on ties; done;
 //   4. top_k without a sort: the k-th largest logit by a radix select (histograms of 8-bit
 //      digits of an order-preserving integer key), then which of its ties are kept;

@@ -20,7 +20,7 @@ namespace ch07 {
 
 // Everything sample() needs, allocated once in the constructor, freed in the destructor.
 struct SortThenCpuSampler::Buffers {
-  // TODO: device buffers for max_rows x vocab keys (logits / T) and their sorted copy, token
+  // TODO: device buffers for max_rows x vocab keys (the logits, -0.0 as +0.0) and their sorted copy, token
   // ids (the sort's values: 0..vocab-1 in every row) and their sorted copy, the rows'
   // offsets for the segmented sort (max_rows + 1 ints), the uniforms (max_rows floats), CUB's
   // temp storage and its size; PINNED host buffers (cudaMallocHost) for what comes back.
@@ -50,14 +50,16 @@ void SortThenCpuSampler::sample(const float* logits, int rows, const SamplingPar
                       confidence);
   // TODO: rows > max_rows_ is a bad argument (std::invalid_argument); rows == 0 does nothing.
   // TODO: the GPU half, all on `stream`:
-  //   1. a kernel writes z = logits / T (T = 1 when greedy) into the keys buffer;
-  //   2. cub::DeviceSegmentedRadixSort::SortPairsDescending sorts each row (keys z, values
-  //      token ids) with your temp storage;
+  //   1. a kernel copies the logits into the keys buffer, -0.0 as +0.0 (a radix sort orders
+  //      bits; T > 0 keeps the order, so the sort needs no T);
+  //   2. cub::DeviceSegmentedRadixSort::SortPairsDescending sorts each row (keys the logits,
+  //      values token ids) with your temp storage;
   //   3. fill_draw_uniforms(uniforms, rows, params.seed, params.step, stream);
   //   4. cudaMemcpyAsync the sorted keys, sorted ids and uniforms to the pinned buffers;
   //      then wait for the stream (the CPU needs them).
   // TODO: the CPU half, row by row, on the sorted row: rule 5 (NaN or +inf anywhere, or all
-  // -inf: token -1, confidence NaN), the softmax in double (the max is z[0]), rule 1
+  // -inf: token -1, confidence NaN), the softmax in double, exp((x - x[0]) / T) with T = 1
+  // when greedy (x[0] is the max; the difference first, so nothing overflows), rule 1
   // (greedy: the first entry), rule 2 (top_k a prefix; top_p the shortest prefix of it whose
   // mass reaches top_p times the top-k mass), the draw with uniforms[r], rule 3's confidence.
   wb::not_implemented("SortThenCpuSampler::sample (step 2)");

@@ -46,11 +46,12 @@ void TopCandidatesSampler::sample(const float* logits, int rows, const SamplingP
   // the candidates: top_k between kMaxCandidates and vocab, or top_k off with top_p == 1 on a
   // long row) throw std::invalid_argument before any work.
   // TODO: the GPU half, on `stream`:
-  //   1. the softmax's statistics of each row: max of z = logits / T and sum of exp(z - max)
-  //      (a block per row, chapter 04); a bad row (rule 5) gets NaN;
+  //   1. the softmax's statistics of each row: the max of the logits and the sum of
+  //      exp((x - max) * inv_t), inv_t = 1 / T capped at FLT_MAX (a block per row, chapter
+  //      04; the difference first: x * inv_t can overflow); a bad row (rule 5) gets NaN;
   //   2. the sort of step 2;
   //   3. a kernel writes the first min(vocab, kMaxCandidates) of each sorted row with their
-  //      probabilities exp(z - max) / sum: that is the whole selection;
+  //      probabilities exp((x - max) * inv_t) / sum: that is the whole selection;
   //   4. the uniforms; copy candidates and uniforms back; wait.
   // TODO: the CPU half: with top_k off, check every row's nucleus ends among its candidates
   // (else throw, before writing any token); then per row as step 2, on the candidates (their

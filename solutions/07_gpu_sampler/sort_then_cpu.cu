@@ -1,6 +1,6 @@
-// Step 2: the report's first GPU port. The GPU divides by the temperature and sorts every row
-// (CUB's segmented radix sort, keys descending, values = token ids); the sorted rows come
-// back to pinned host memory; the CPU does the softmax, the filtering and the draw.
+// Step 2: the report's first GPU port. The GPU sorts every row's logits (CUB's segmented
+// radix sort, keys descending, values = token ids); the sorted rows come back to pinned host
+// memory; the CPU applies the temperature and does the softmax, the filtering and the draw.
 //
 // It is correct, and it is slower than the CPU sampler: the sort reads and writes every
 // element of the row several times (a pass per radix digit), the copy moves 8 bytes per
@@ -26,15 +26,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Temperature on the GPU: the sort's keys. T = 0 (greedy) leaves the logits as they are
-// (the confidence is taken at T = 1). -0.0 becomes +0.0: they are the same logit, but a radix
-// sort orders keys by their bits, and would put +0.0 of a higher index before -0.0 of a lower
-// one (rule 2 breaks ties by index).
-__global__ void scale_logits(const float* logits, float* scaled, long long count, float inv_t) {
+// The sort's keys: the logits themselves; the CPU half applies T. T > 0 keeps their order, so
+// this is rule 2's order exactly, where keys x * (1 / T) could round two distinct logits to
+// one key, or overflow (1 / T is +inf for a denormal T below 2.9e-39; x / T is +inf for a
+// finite x above FLT_MAX * T). -0.0 becomes +0.0: they are the same logit, but a radix sort
+// orders keys by their bits, and would put +0.0 of a higher index before -0.0 of a lower one
+// (rule 2 breaks ties by index).
+__global__ void make_sort_keys(const float* logits, float* keys, long long count) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float z = logits[i] * inv_t;
-    scaled[i] = z == 0.0f ? 0.0f : z;
+    const float x = logits[i];
+    keys[i] = x == 0.0f ? 0.0f : x;
   }
 }
 
@@ -55,27 +57,30 @@ int grid_for(long long count) {
   return static_cast<int>(std::min<long long>((count + kThreads - 1) / kThreads, 4096));
 }
 
-// The CPU half, one row: the row arrives sorted (z descending, ties in index order: CUB's
-// radix sort is stable), so the argmax is its first entry and top-k is a prefix.
+// The CPU half, one row: the logits arrive sorted (x descending, ties in index order: CUB's
+// radix sort is stable), so the argmax is its first entry and top-k is a prefix. `t` is the
+// temperature (1 when greedy: the confidence is taken at T = 1).
 struct Choice {
   int token;
   float confidence;
 };
 
-Choice sample_sorted_row(const float* z, const int* ids, int vocab, const SamplingParams& params,
-                         float u) {
+Choice sample_sorted_row(const float* x, const int* ids, int vocab, double t,
+                         const SamplingParams& params, float u) {
   const Choice bad{-1, std::numeric_limits<float>::quiet_NaN()};
   for (int i = 0; i < vocab; ++i)  // rule 5: a NaN may sort first or last; look everywhere
-    if (std::isnan(z[i]) || z[i] == std::numeric_limits<float>::infinity()) return bad;
-  if (z[0] == -std::numeric_limits<float>::infinity()) return bad;  // all -inf
+    if (std::isnan(x[i]) || x[i] == std::numeric_limits<float>::infinity()) return bad;
+  if (x[0] == -std::numeric_limits<float>::infinity()) return bad;  // all -inf
 
-  // The softmax, in double: z[0] is the row's max. Every element is read here, on one thread
-  // (this loop is most of the CPU half's time on a 151936-wide row).
+  // The softmax, in double: x[0] is the row's max, and each term is exp((x - max) / T), the
+  // difference taken before the division (a difference of floats is finite in double, and
+  // the max's own term is exactly 1 for any T > 0). Every element is read here, on one
+  // thread (this loop is most of the CPU half's time on a 151936-wide row).
   thread_local std::vector<double> p_row;
   p_row.resize(vocab);
   double sum = 0;
   for (int i = 0; i < vocab; ++i) {
-    p_row[i] = std::exp(static_cast<double>(z[i]) - z[0]);
+    p_row[i] = std::exp((static_cast<double>(x[i]) - x[0]) / t);
     sum += p_row[i];
   }
   const auto p = [&](int i) { return p_row[i] / sum; };
@@ -122,7 +127,7 @@ Choice sample_sorted_row(const float* z, const int* ids, int vocab, const Sampli
 }  // namespace
 
 struct SortThenCpuSampler::Buffers {
-  float* scaled = nullptr;       // max_rows x vocab: logits / T, the sort's keys
+  float* keys = nullptr;         // max_rows x vocab: the logits (-0.0 as +0.0), the sort's keys
   float* sorted = nullptr;       // the sort's output keys
   int* token_ids = nullptr;      // max_rows x vocab: 0..vocab-1 in every row
   int* sorted_ids = nullptr;     // the sort's output values
@@ -145,7 +150,7 @@ SortThenCpuSampler::SortThenCpuSampler(int max_rows, int vocab)
     throw std::invalid_argument("ch07 SortThenCpuSampler: max_rows x vocab must fit in an int");
   Buffers& b = *buffers_;
   // Every allocation happens here, once (chapter 02): sample() only enqueues work.
-  WB_CUDA(cudaMalloc(&b.scaled, count * sizeof(float)));
+  WB_CUDA(cudaMalloc(&b.keys, count * sizeof(float)));
   WB_CUDA(cudaMalloc(&b.sorted, count * sizeof(float)));
   WB_CUDA(cudaMalloc(&b.token_ids, count * sizeof(int)));
   WB_CUDA(cudaMalloc(&b.sorted_ids, count * sizeof(int)));
@@ -156,7 +161,7 @@ SortThenCpuSampler::SortThenCpuSampler(int max_rows, int vocab)
   WB_CUDA(cudaMallocHost(&b.host_uniforms, max_rows * sizeof(float)));
   // A null temp pointer asks CUB how much scratch the largest call needs.
   WB_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      nullptr, b.sort_temp_bytes, b.scaled, b.sorted, b.token_ids, b.sorted_ids,
+      nullptr, b.sort_temp_bytes, b.keys, b.sorted, b.token_ids, b.sorted_ids,
       static_cast<int>(count), max_rows, b.row_offsets, b.row_offsets + 1));
   WB_CUDA(cudaMalloc(&b.sort_temp, b.sort_temp_bytes));
   fill_token_ids<<<grid_for(count), kThreads>>>(b.token_ids, count, vocab);
@@ -169,7 +174,7 @@ SortThenCpuSampler::SortThenCpuSampler(int max_rows, int vocab)
 SortThenCpuSampler::~SortThenCpuSampler() {
   if (!buffers_) return;
   Buffers& b = *buffers_;
-  cudaFree(b.scaled);
+  cudaFree(b.keys);
   cudaFree(b.sorted);
   cudaFree(b.token_ids);
   cudaFree(b.sorted_ids);
@@ -196,14 +201,14 @@ void SortThenCpuSampler::sample(const float* logits, int rows, const SamplingPar
   if (rows == 0) return;
   Buffers& b = *buffers_;
   const long long count = static_cast<long long>(rows) * vocab_;
-  const float t = params.temperature == 0.0f ? 1.0f : params.temperature;
+  const double t = params.temperature == 0.0f ? 1.0 : params.temperature;
 
-  // The GPU half: temperature, then sort every row.
-  scale_logits<<<grid_for(count), kThreads, 0, stream>>>(logits, b.scaled, count, 1.0f / t);
-  WB_CHECK_LAUNCH("scale_logits");
+  // The GPU half: sort every row by its logits (the temperature is the CPU half's).
+  make_sort_keys<<<grid_for(count), kThreads, 0, stream>>>(logits, b.keys, count);
+  WB_CHECK_LAUNCH("make_sort_keys");
   std::size_t temp_bytes = b.sort_temp_bytes;
   WB_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      b.sort_temp, temp_bytes, b.scaled, b.sorted, b.token_ids, b.sorted_ids,
+      b.sort_temp, temp_bytes, b.keys, b.sorted, b.token_ids, b.sorted_ids,
       static_cast<int>(count), rows, b.row_offsets, b.row_offsets + 1, 0, 32, stream));
   fill_draw_uniforms(b.uniforms, rows, params.seed, params.step, stream);
 
@@ -219,7 +224,7 @@ void SortThenCpuSampler::sample(const float* logits, int rows, const SamplingPar
   // The CPU half, one row after another.
   for (int r = 0; r < rows; ++r) {
     const std::size_t offset = static_cast<std::size_t>(r) * vocab_;
-    const Choice c = sample_sorted_row(b.host_sorted + offset, b.host_ids + offset, vocab_,
+    const Choice c = sample_sorted_row(b.host_sorted + offset, b.host_ids + offset, vocab_, t,
                                        params, b.host_uniforms[r]);
     tokens[r] = c.token;
     confidence[r] = c.confidence;

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -34,9 +35,12 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// The softmax's statistics of each row (one block per row): the max of z = logits / T and
-// sum exp(z - max). A bad row (rule 5: a NaN or +inf logit, or no finite one) gets NaN for
-// both, so every probability computed from them is NaN and the CPU sees the row is bad.
+// The softmax's statistics of each row (one block per row): the max of the logits and
+// sum exp((x - max) * inv_t). The difference is taken first: x * inv_t could overflow for a
+// finite x, and (x - max) * inv_t is 0 for the max whatever inv_t (capped at FLT_MAX by the
+// caller; 0 * inf would be NaN). A bad row (rule 5: a NaN or +inf logit, or no finite one)
+// gets NaN for both, so every probability computed from them is NaN and the CPU sees the row
+// is bad.
 __global__ void row_softmax_stats(const float* logits, int vocab, float inv_t, float* row_max,
                                   float* row_sum) {
   using Reduce = cub::BlockReduce<float, kThreads>;
@@ -51,7 +55,7 @@ __global__ void row_softmax_stats(const float* logits, int vocab, float inv_t, f
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float x = row[i];
     bad |= isnan(x) || x == INFINITY;  // fmaxf would quietly skip a NaN
-    local_max = fmaxf(local_max, x * inv_t);
+    local_max = fmaxf(local_max, x);
   }
   const float block_max = Reduce(temp).Reduce(local_max, MaxOp{});
   const int block_bad = ReduceInt(temp_int).Sum(bad);
@@ -60,7 +64,7 @@ __global__ void row_softmax_stats(const float* logits, int vocab, float inv_t, f
   const float m = shared_max;
 
   float local_sum = 0.0f;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) local_sum += expf(row[i] * inv_t - m);
+  for (int i = threadIdx.x; i < vocab; i += kThreads) local_sum += expf((row[i] - m) * inv_t);
   __syncthreads();  // temp is reused
   const float block_sum = Reduce(temp).Sum(local_sum);
   if (threadIdx.x == 0) {
@@ -69,12 +73,13 @@ __global__ void row_softmax_stats(const float* logits, int vocab, float inv_t, f
   }
 }
 
-// The sort's keys: as in step 2 (-0.0 becomes +0.0, so ties stay in index order).
-__global__ void scale_logits(const float* logits, float* scaled, long long count, float inv_t) {
+// The sort's keys: as in step 2, the logits themselves (rule 2's order, and no overflow);
+// -0.0 becomes +0.0, so ties stay in index order.
+__global__ void make_sort_keys(const float* logits, float* keys, long long count) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float z = logits[i] * inv_t;
-    scaled[i] = z == 0.0f ? 0.0f : z;
+    const float x = logits[i];
+    keys[i] = x == 0.0f ? 0.0f : x;
   }
 }
 
@@ -90,16 +95,17 @@ __global__ void fill_row_offsets(int* offsets, int rows, int vocab) {
 }
 
 // The selection: the first `count` entries of each sorted row, with their probabilities
-// under the whole row's softmax. Grid: (candidate blocks, rows).
+// exp((x - max) * inv_t) / sum under the whole row's softmax (the same terms as
+// row_softmax_stats). Grid: (candidate blocks, rows).
 __global__ void gather_candidates(const float* sorted, const int* sorted_ids, int vocab,
-                                  const float* row_max, const float* row_sum, int count,
-                                  float* candidate_p, int* candidate_ids) {
+                                  float inv_t, const float* row_max, const float* row_sum,
+                                  int count, float* candidate_p, int* candidate_ids) {
   const int r = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const std::size_t from = static_cast<std::size_t>(r) * vocab + i;
   const std::size_t to = static_cast<std::size_t>(r) * count + i;
-  candidate_p[to] = expf(sorted[from] - row_max[r]) / row_sum[r];  // NaN for a bad row
+  candidate_p[to] = expf((sorted[from] - row_max[r]) * inv_t) / row_sum[r];  // NaN for a bad row
   candidate_ids[to] = sorted_ids[from];
 }
 
@@ -167,7 +173,7 @@ Choice sample_candidates(const float* p, const int* ids, int count, int vocab,
 }  // namespace
 
 struct TopCandidatesSampler::Buffers {
-  float* scaled = nullptr;        // max_rows x vocab: the sort's keys
+  float* keys = nullptr;          // max_rows x vocab: the logits (-0.0 as +0.0), the sort's keys
   float* sorted = nullptr;
   int* token_ids = nullptr;       // max_rows x vocab: 0..vocab-1 in every row
   int* sorted_ids = nullptr;
@@ -195,7 +201,7 @@ TopCandidatesSampler::TopCandidatesSampler(int max_rows, int vocab)
   const int candidates = std::min(vocab, kCandidates);
   const std::size_t candidate_count = static_cast<std::size_t>(max_rows) * candidates;
   Buffers& b = *buffers_;
-  WB_CUDA(cudaMalloc(&b.scaled, count * sizeof(float)));
+  WB_CUDA(cudaMalloc(&b.keys, count * sizeof(float)));
   WB_CUDA(cudaMalloc(&b.sorted, count * sizeof(float)));
   WB_CUDA(cudaMalloc(&b.token_ids, count * sizeof(int)));
   WB_CUDA(cudaMalloc(&b.sorted_ids, count * sizeof(int)));
@@ -209,7 +215,7 @@ TopCandidatesSampler::TopCandidatesSampler(int max_rows, int vocab)
   WB_CUDA(cudaMallocHost(&b.host_ids, candidate_count * sizeof(int)));
   WB_CUDA(cudaMallocHost(&b.host_uniforms, max_rows * sizeof(float)));
   WB_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      nullptr, b.sort_temp_bytes, b.scaled, b.sorted, b.token_ids, b.sorted_ids,
+      nullptr, b.sort_temp_bytes, b.keys, b.sorted, b.token_ids, b.sorted_ids,
       static_cast<int>(count), max_rows, b.row_offsets, b.row_offsets + 1));
   WB_CUDA(cudaMalloc(&b.sort_temp, b.sort_temp_bytes));
   fill_token_ids<<<grid_for(count), kThreads>>>(b.token_ids, count, vocab);
@@ -222,7 +228,7 @@ TopCandidatesSampler::TopCandidatesSampler(int max_rows, int vocab)
 TopCandidatesSampler::~TopCandidatesSampler() {
   if (!buffers_) return;
   Buffers& b = *buffers_;
-  for (void* p : {static_cast<void*>(b.scaled), static_cast<void*>(b.sorted),
+  for (void* p : {static_cast<void*>(b.keys), static_cast<void*>(b.sorted),
                   static_cast<void*>(b.token_ids), static_cast<void*>(b.sorted_ids),
                   static_cast<void*>(b.row_offsets), static_cast<void*>(b.row_max),
                   static_cast<void*>(b.row_sum), static_cast<void*>(b.candidate_p),
@@ -260,19 +266,21 @@ void TopCandidatesSampler::sample(const float* logits, int rows, const SamplingP
   if (rows == 0) return;
   Buffers& b = *buffers_;
   const long long count = static_cast<long long>(rows) * vocab_;
-  const float inv_t = 1.0f / (params.temperature == 0.0f ? 1.0f : params.temperature);
+  // 1 / T, capped at FLT_MAX: for T below 2.9e-39 it is +inf, and (max - max) * inf is NaN.
+  const float t = params.temperature == 0.0f ? 1.0f : params.temperature;
+  const float inv_t = fminf(1.0f / t, FLT_MAX);
 
   // The GPU half: the softmax's statistics, the sort, and the candidates' probabilities.
   row_softmax_stats<<<rows, kThreads, 0, stream>>>(logits, vocab_, inv_t, b.row_max, b.row_sum);
   WB_CHECK_LAUNCH("row_softmax_stats");
-  scale_logits<<<grid_for(count), kThreads, 0, stream>>>(logits, b.scaled, count, inv_t);
-  WB_CHECK_LAUNCH("scale_logits");
+  make_sort_keys<<<grid_for(count), kThreads, 0, stream>>>(logits, b.keys, count);
+  WB_CHECK_LAUNCH("make_sort_keys");
   std::size_t temp_bytes = b.sort_temp_bytes;
   WB_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      b.sort_temp, temp_bytes, b.scaled, b.sorted, b.token_ids, b.sorted_ids,
+      b.sort_temp, temp_bytes, b.keys, b.sorted, b.token_ids, b.sorted_ids,
       static_cast<int>(count), rows, b.row_offsets, b.row_offsets + 1, 0, 32, stream));
   gather_candidates<<<dim3((candidates + kThreads - 1) / kThreads, rows), kThreads, 0, stream>>>(
-      b.sorted, b.sorted_ids, vocab_, b.row_max, b.row_sum, candidates, b.candidate_p,
+      b.sorted, b.sorted_ids, vocab_, inv_t, b.row_max, b.row_sum, candidates, b.candidate_p,
       b.candidate_ids);
   WB_CHECK_LAUNCH("gather_candidates");
   fill_draw_uniforms(b.uniforms, rows, params.seed, params.step, stream);

@@ -205,9 +205,8 @@ bool temperature_ignored(const Expected& e, const float* row, int token, float c
 
 const char* kTemperatureIgnored =
     "the temperature was ignored: the confidence is the token's probability under "
-    "softmax(logits) at T = 1.\nhint: divide the logits by T before everything else (T = 0 "
-    "means greedy; otherwise every probability is exp(x / T - max) / sum), in the draw and in "
-    "the confidence.";
+    "softmax(logits) at T = 1.\nhint: apply T everywhere (T = 0 means greedy): every probability is "
+    "exp((x - max) / T) / sum, in the draw and in the confidence.";
 
 // The 0-based rank of `token` in rule 2's order.
 int rank_of(const float* row, int vocab, int token) {
@@ -283,7 +282,7 @@ std::string check_confidence(const Expected& e, const float* row, int token, flo
   if (e.kept.mass > 0 && e.kept.mass < 0.999 && close_to(confidence, want / e.kept.mass, 1e-3))
     s << ". It matches the probability renormalized over the kept set: the confidence is "
          "over the WHOLE row, not the kept set.";
-  s << "\nhint: confidence = exp(z_token - max z) / sum exp(z - max z), z = logits / T "
+  s << "\nhint: confidence = exp((x_token - max) / T) / sum exp((x - max) / T) "
        "(T = 1 when greedy): the same numbers the softmax computed, before any filtering.";
   return s.str();
 }
@@ -797,6 +796,47 @@ std::vector<DistributionCase> distribution_cases() {
     const SamplingParams sampled{3.5e-39f, 0, 1.0f, 19, 0}, greedy{3.5e-39f, 1, 1.0f, 20, 0};
     cases.push_back({"a row at a denormal T = 3.5e-39 (three equal maxima)", row, sampled, false, note});
     cases.push_back({"the same row at T = 3.5e-39, top_k = 1", row, greedy, false, note});
+  }
+  {  // A denormal temperature further down: T = 1e-40, where 1 / T = 1e40 is more than FLT_MAX
+     // (3.4e38), +inf in fp32, and so is x / T for every logit above FLT_MAX * T = 0.034. Logits
+     // in [-1, 1], three tokens share the max: p = 1/3 each, every other token 0 (the reference
+     // works in double, where nothing overflows). Sampled, and through top_k = 1.
+    std::uniform_real_distribution<float> below(-1.0f, 0.9f);
+    std::vector<float> row(64);
+    for (float& x : row) x = below(rng);
+    row[9] = row[33] = row[60] = 1.0f;
+    const std::string note =
+        "\nthis row: T = 1e-40 is a denormal float, and 1 / T = 1e40 is more than FLT_MAX (3.4e38): "
+        "in fp32 it is +inf, and so is x / T for every logit above FLT_MAX * T = 0.034. Scaled that "
+        "way, the three maxima become +inf (a bad row by mistake: token -1) or their terms exp(inf - "
+        "inf) = NaN. T > 0 is a valid argument: each maximum has p = 1/3, every other token 0.\nhint: "
+        "scale the difference from the max, never the logit: exp((x - max) * inv_t) with inv_t = "
+        "fminf(1.0f / T, FLT_MAX), so the max's own term is exp(0 * FLT_MAX) = 1; rank by the logits "
+        "themselves (T > 0 keeps their order).";
+    const SamplingParams sampled{1e-40f, 0, 1.0f, 23, 0}, greedy{1e-40f, 1, 1.0f, 24, 0};
+    cases.push_back({"a row at a denormal T = 1e-40, 1 / T = +inf in fp32 (three equal maxima)", row,
+                     sampled, false, note});
+    cases.push_back({"the same row at T = 1e-40, top_k = 1", row, greedy, false, note});
+  }
+  {  // Finite logits near FLT_MAX at T = 0.5: a good row (rule 5 is about NaN and +inf), but
+     // x / T overflows to +inf in fp32 for every |x| above FLT_MAX * T = 1.7e38. Three maxima
+     // at 3e38, the others in [-3e38, 2.9e38]: p = 1/3 each for the maxima, every other token
+     // 0 ((x - max) / T <= -2e37; in fp32 x - max may itself round to -inf, and exp(-inf) = 0).
+    std::uniform_real_distribution<double> wide(-3e38, 2.9e38);  // double: b - a overflows a float
+    std::vector<float> row(64);
+    for (float& x : row) x = static_cast<float>(wide(rng));
+    row[2] = row[27] = row[45] = 3.0e38f;
+    const std::string note =
+        "\nthis row: 64 finite logits near FLT_MAX (3.4e38), three maxima at 3e38 and the others in "
+        "[-3e38, 2.9e38], at T = 0.5. Every logit is finite, so the row is good, but x / T overflows "
+        "to +inf in fp32 for every logit above FLT_MAX * T = 1.7e38 (and x * (1 / T) does the same). "
+        "Each maximum has p = 1/3, every other token 0.\nhint: scale the difference from the max, "
+        "(x - max) / T, never x / T: it is 0 for the max and negative for every other token (x - max "
+        "may round to -inf, and exp(-inf) is 0); rank by the logits themselves.";
+    const SamplingParams sampled{0.5f, 0, 1.0f, 25, 0}, greedy{0.5f, 1, 1.0f, 26, 0};
+    cases.push_back({"a row of finite logits near FLT_MAX at T = 0.5 (three equal maxima at 3e38)", row,
+                     sampled, false, note});
+    cases.push_back({"the same row near FLT_MAX at T = 0.5, top_k = 1", row, greedy, false, note});
   }
   {  // An unfiltered draw from one crowded histogram bin: 8192 logits alternating 0 and -0.1,
      // all within 1/8 of the max, so a 256-bin histogram over (max - x) / T puts every one of

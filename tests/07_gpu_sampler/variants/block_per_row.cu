@@ -5,11 +5,14 @@
 // its results do not depend on the order in which threads add.
 //
 // Per row, each pass re-reading the row (from L2 after the first):
-//   1. the max of z = logits / T, and whether the row is bad (rule 5);
-//   2. the sum of exp(z - max): the softmax's statistics;
+//   1. the max of the logits, and whether the row is bad (rule 5);
+//   2. the sum of exp((x - max) / T): the softmax's statistics. Every term scales the
+//      difference from the max, never x / T: x / T overflows for a finite x above
+//      FLT_MAX * T, and 1 / T itself for T below 2.9e-39 (it is capped at FLT_MAX, so that
+//      the max's own term is exp(0 * FLT_MAX) = 1, not exp(0 * inf) = NaN);
 //   3. greedy: the argmax (largest logit, lowest index). Done. (Greedy does all of 1 to 3
 //      in ONE pass instead, before step 1: the max, its lowest index and the sum of
-//      exp(z - max) kept together as the row is read, chapter 04's online softmax.)
+//      exp((x - max) / T) kept together as the row is read, chapter 04's online softmax.)
 //   4. top_k: a radix select finds the k-th largest logit v_k (4 passes of 8 bits over an
 //      order-preserving integer key) and one scan finds which of the tokens equal to v_k
 //      are kept (the lowest indices): the kept set is "key > v_k, or key == v_k and index
@@ -25,6 +28,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -55,7 +59,8 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// Greedy's one pass: (max of z, its lowest index, sum exp(z - max), bad) over a part of a row.
+// Greedy's one pass: (max logit, its lowest index, sum exp((x - max) / T), bad) over a part
+// of a row.
 struct Online {
   float max;
   float sum;
@@ -63,13 +68,14 @@ struct Online {
   int bad;
 };
 struct OnlineOp {
+  float inv_t;  // 1 / T, capped at FLT_MAX
   __device__ Online operator()(const Online& a, const Online& b) const {
     Online r = a.max > -INFINITY ? a : b;
     r.bad = a.bad | b.bad;
     if (a.max > -INFINITY && b.max > -INFINITY) {
       r.max = fmaxf(a.max, b.max);
       r.index = a.max > b.max ? a.index : b.max > a.max ? b.index : min(a.index, b.index);
-      r.sum = a.sum * expf(a.max - r.max) + b.sum * expf(b.max - r.max);
+      r.sum = a.sum * expf((a.max - r.max) * inv_t) + b.sum * expf((b.max - r.max) * inv_t);
     }
     return r;
   }
@@ -162,7 +168,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ Shared s;
   const int r = blockIdx.x;
   const float* row = logits + static_cast<std::size_t>(r) * vocab;
-  const float inv_t = 1.0f / (params.temperature == 0.0f ? 1.0f : params.temperature);
+  // 1 / T, capped: for T below 2.9e-39 it is +inf, and (max - max) * inf would be NaN.
+  const float t = params.temperature == 0.0f ? 1.0f : params.temperature;
+  const float inv_t = fminf(1.0f / t, FLT_MAX);
 
   // Greedy: one pass. Each thread keeps its own (max, index, sum) as it reads (in index
   // order, so a strict > keeps the lowest index), 8 loads in flight before it uses any.
@@ -176,16 +184,16 @@ __global__ void __launch_bounds__(kThreads)
       }
       for (int k = 0; k < 8; ++k) {
         mine.bad |= !(x[k] < INFINITY);  // NaN or +inf
-        const float z = x[k] * inv_t;
-        if (z > mine.max) {
-          mine.sum *= expf(mine.max - z);
-          mine.max = z;
+        if (x[k] > mine.max) {
+          mine.sum *= expf((mine.max - x[k]) * inv_t);  // 0 while max was -inf (and sum 0)
+          mine.max = x[k];
           mine.index = base + k * kThreads;
         }
-        if (mine.max > -INFINITY) mine.sum += expf(z - mine.max);
+        if (mine.max > -INFINITY) mine.sum += expf((x[k] - mine.max) * inv_t);
       }
     }
-    const Online all = cub::BlockReduce<Online, kThreads>(s.temp.reduce_online).Reduce(mine, OnlineOp{});
+    const Online all =
+        cub::BlockReduce<Online, kThreads>(s.temp.reduce_online).Reduce(mine, OnlineOp{inv_t});
     if (threadIdx.x == 0) {
       const bool bad = all.bad || !(all.max > -INFINITY);  // rule 5
       tokens[r] = bad ? -1 : all.index;
@@ -200,7 +208,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float x = row[i];
     bad |= isnan(x) || x == INFINITY;
-    local_max = fmaxf(local_max, x * inv_t);
+    local_max = fmaxf(local_max, x);
   }
   const float block_max = cub::BlockReduce<float, kThreads>(s.temp.reduce_float).Reduce(local_max, MaxOp{});
   __syncthreads();
@@ -218,13 +226,13 @@ __global__ void __launch_bounds__(kThreads)
 
   // 2. the softmax's sum
   float local_sum = 0.0f;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) local_sum += expf(row[i] * inv_t - m);
+  for (int i = threadIdx.x; i < vocab; i += kThreads) local_sum += expf((row[i] - m) * inv_t);
   __syncthreads();
   const float block_sum = cub::BlockReduce<float, kThreads>(s.temp.reduce_float).Sum(local_sum);
   if (threadIdx.x == 0) s.broadcast_float = block_sum;
   __syncthreads();
   const float sum = s.broadcast_float;
-  const auto p = [&](int i) { return expf(row[i] * inv_t - m) / sum; };
+  const auto p = [&](int i) { return expf((row[i] - m) * inv_t) / sum; };
   const auto finish = [&](int token) {
     if (threadIdx.x == 0) {
       tokens[r] = token;
