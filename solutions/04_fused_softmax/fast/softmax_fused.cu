@@ -641,7 +641,9 @@ bool cooperative_launch_supported() {
 }
 
 // A graph captured from the stream would replay one epoch forever, and the slots would
-// then hold that epoch already: the split kernel must not be captured.
+// then hold that epoch already: the split kernel must not be captured. (Nor could it be as
+// written: the region table's cudaEventQuery is not allowed while a stream captures in the
+// global mode, and the capture then fails with cudaErrorStreamCaptureInvalidated.)
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   WB_CUDA(cudaStreamIsCapturing(stream, &status));
