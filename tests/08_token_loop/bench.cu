@@ -13,6 +13,7 @@
 // roofline: tokens/s if every weight were read once per token at the measured read ceiling.
 //
 //   build/bin/bench_08_<build> [--out FILE] [--quick] [--steps N] [--persistent-blocks B,...]
+//                              [--persistent-prefetch-ahead S,...] [--persistent-poll-ns NS,...]
 //   build/bin/bench_08_<build> generate [--model F] [--tokenizer F] [--prompt TEXT] [--steps N]
 //                              [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //                              [--step graph|step_by_step|persistent] [--plan auto|grid|cluster]
@@ -66,6 +67,13 @@ void print_row(const std::string& variant, double tps, double cpu_tps, double ro
   std::fflush(stdout);
 }
 
+// What --persistent-blocks, --persistent-prefetch-ahead and --persistent-poll-ns ask to time.
+struct Sweeps {
+  std::vector<int> grids;
+  std::vector<int> prefetch_ahead;
+  std::vector<unsigned> poll_ns;
+};
+
 // The persistent step's tokens/s at other grid sizes (--persistent-blocks), printed only: how
 // the hand-offs between blocks and the per-SM weight stream trade off for this model.
 void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grids, int steps) {
@@ -82,6 +90,41 @@ void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grid
   }
   std::printf("\n");
   dec.set_persistent_blocks(0);
+  dec.set_persistent_plan(chosen);
+}
+
+// The Grid plan's tokens/s with other latency knobs (PersistentTuning), one knob at a time
+// around the reference's defaults, printed only: how far ahead the weights are asked of L2,
+// and how long a block sleeps between two polls of a value not yet written.
+void sweep_persistent_tuning(ch08::GpuDecoder& dec, const Sweeps& sweeps, int steps) {
+  if ((sweeps.prefetch_ahead.empty() && sweeps.poll_ns.empty()) || !dec.persistent_step()) return;
+  dec.set_mode(ch08::StepMode::Persistent);
+  const ch08::PersistentPlan chosen = dec.persistent_step()->plan();
+  dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+  const ch08::PersistentTuning defaults;
+  if (!sweeps.prefetch_ahead.empty()) {
+    std::printf("  persistent step (grid plan) by L2 prefetch distance (stages: tok/s):");
+    for (int ahead : sweeps.prefetch_ahead) {
+      ch08::PersistentTuning t = defaults;
+      t.prefetch_ahead = ahead;
+      dec.set_persistent_tuning(t);
+      std::printf(" %d: %.1f", ahead, dec.measure_tokens_per_s(steps));
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  if (!sweeps.poll_ns.empty()) {
+    std::printf("  persistent step (grid plan) by sleep between polls (ns: tok/s):");
+    for (unsigned ns : sweeps.poll_ns) {
+      ch08::PersistentTuning t = defaults;
+      t.poll_sleep_ns = ns;
+      dec.set_persistent_tuning(t);
+      std::printf(" %u: %.1f", ns, dec.measure_tokens_per_s(steps));
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  dec.set_persistent_tuning(defaults);
   dec.set_persistent_plan(chosen);
 }
 
@@ -108,7 +151,7 @@ nlohmann::json plan_tokens_per_s(ch08::GpuDecoder& dec, int steps, double measur
 }
 
 void bench_model(wb::ResultsWriter& writer, const std::string& build, const Model& model,
-                 const std::string& shape, int steps, const std::vector<int>& persistent_grids) {
+                 const std::string& shape, int steps, const Sweeps& sweeps) {
   const int all = wb::model::max_threads();
   steps = std::min(steps, model.config().seq_len - 1);
   std::printf("\n%s: %s\n  %s\n  %-16s %10s %10s %10s\n", shape.c_str(), model.origin().c_str(),
@@ -202,7 +245,8 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
       writer.add_metrics(variant, build, shape, m);
       print_row(variant, tps, cpu_tps, roofline);
     }
-    sweep_persistent_blocks(dec, persistent_grids, steps);
+    sweep_persistent_blocks(dec, sweeps.grids, steps);
+    sweep_persistent_tuning(dec, sweeps, steps);
     std::printf("  stages of the step as graphs (us, position %d): embed+norm %.1f, matvec %.1f, rope %.1f, attention %.1f, "
                 "swiglu %.1f, sampler %.1f; roofline %.0f tok/s (%.1f MB per token at %.0f GB/s)\n",
                 stage_position, stages.embed_norm_us, stages.matvec_us, stages.rope_us, stages.attention_us, stages.swiglu_us,
@@ -212,20 +256,20 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
   }
 }
 
-int run_bench(const std::string& build, const std::string& out, int steps, const std::vector<int>& persistent_grids) {
+int run_bench(const std::string& build, const std::string& out, int steps, const Sweeps& sweeps) {
   wb::ResultsWriter writer("08_token_loop", build);
   std::printf("chapter 08, the whole token loop on the GPU (%s build) on %s, %d CPU threads; greedy, %d steps\n",
               build.c_str(), wb::device_info().name.c_str(), wb::model::max_threads(), steps);
   std::string why;
   if (const auto files = wb::model::tiny_stories_from_env(&why)) {
     const Model m = wb::model::load_checkpoint(files->model);
-    bench_model(writer, build, m, "stories260K", steps, persistent_grids);
+    bench_model(writer, build, m, "stories260K", steps, sweeps);
   } else {
     std::printf("\n(stories260K skipped: %s)\n", why.c_str());
   }
   std::fprintf(stderr, "generating the synthetic 110M model...\n");
   const Model m = wb::model::make_synthetic(wb::model::synthetic_110m());
-  bench_model(writer, build, m, "synthetic-110m", steps, persistent_grids);
+  bench_model(writer, build, m, "synthetic-110m", steps, sweeps);
   const auto path = out.empty() ? writer.default_path() : fs::path(out);
   writer.write(path);
   std::printf("\nwrote %s\n", path.string().c_str());
@@ -327,10 +371,20 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "results file (default: results/08_token_loop-<build>.json)");
   app.add_flag("--quick", quick, "32 steps instead of 256");
   app.add_option("--steps", steps, "forward passes per variant (default 256, like the llama2.c anchors)");
-  std::vector<int> persistent_grids;
-  app.add_option("--persistent-blocks", persistent_grids,
+  Sweeps sweeps;
+  app.add_option("--persistent-blocks", sweeps.grids,
                  "also time the persistent step with these grid sizes (printed, not written)")
       ->delimiter(',');
+  app.add_option("--persistent-prefetch-ahead", sweeps.prefetch_ahead,
+                 "also time the grid plan with the weights asked of L2 this many stages ahead (0.." +
+                     std::to_string(ch08::PersistentTuning::kMaxPrefetchAhead) + "; printed, not written)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, ch08::PersistentTuning::kMaxPrefetchAhead));
+  app.add_option("--persistent-poll-ns", sweeps.poll_ns,
+                 "also time the grid plan with this sleep between two polls of a tagged value (ns; printed, not "
+                 "written)")
+      ->delimiter(',')
+      ->check(CLI::Range(0u, ch08::PersistentTuning::kMaxPollSleepNs));
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "generate text with the chapter 08 decoder (./workbook generate --backend 08)");
@@ -358,7 +412,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (gen->parsed()) return run_generate(g);
-    return run_bench(build, out, steps > 0 ? steps : (quick ? 32 : 256), persistent_grids);
+    return run_bench(build, out, steps > 0 ? steps : (quick ? 32 : 256), sweeps);
   } catch (const wb::NotImplemented& e) {
     std::cerr << "bench_08: " << e.what() << "\nfinish the chapter's TODOs first (./workbook check 08)\n";
     return 1;

@@ -336,6 +336,13 @@ void GpuDecoder::set_persistent_blocks(int blocks) {
   persistent_->set_blocks(blocks);
 }
 
+void GpuDecoder::set_persistent_tuning(const PersistentTuning& tuning) {
+  if (!persistent_)
+    throw std::invalid_argument("ch08 GpuDecoder: StepMode::Persistent cannot run here: " + persistent_unavailable_);
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  persistent_->set_tuning(tuning);
+}
+
 void GpuDecoder::set_persistent_plan(PersistentPlan plan) {
   if (!persistent_)
     throw std::invalid_argument("ch08 GpuDecoder: StepMode::Persistent cannot run here: " + persistent_unavailable_);

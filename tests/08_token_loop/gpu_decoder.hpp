@@ -131,6 +131,8 @@ class GpuDecoder {
   // Blocks of the persistent step's Grid plan (0 = one per SM, the default); waits for the
   // stream.
   void set_persistent_blocks(int blocks);
+  // The Grid plan's latency knobs (PersistentTuning); waits for the stream.
+  void set_persistent_tuning(const PersistentTuning& tuning);
   // The persistent step's plan (PersistentPlan: Grid or Cluster; the constructor picks one by
   // the model's size); waits for the stream. Throws std::invalid_argument, saying why, where
   // the persistent step or that plan cannot run.

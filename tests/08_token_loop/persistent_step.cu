@@ -30,7 +30,6 @@ constexpr int kSlots = 8;                  // the weight ring's slots ("The weig
 constexpr std::uint32_t kMinSlotBytes = 16384;  // a slot's size: this, or one row if longer
 constexpr int kMaxNormPerThread = 10;      // the norm weights a thread prefetches: dim <= 2240
 constexpr float kRmsEps = 1e-5f;           // llama2.c's run.c
-constexpr unsigned kPollSleepNs = 32;      // between two polls of a value not yet written
 
 // The weights a step reads: GpuModel's device copies (the packed Wqkv and W1|W3 of layer 0;
 // every per-layer array is [layer][...], which PersistentStep's constructor checks).
@@ -55,7 +54,8 @@ struct Params : StepShape {
     std::uint64_t* picks;                    // 2 per block: its greedy pick (pick_token)
   } act;
   std::uint32_t launch;  // counts the launches: the tags' base
-  unsigned poll_sleep_ns;
+  unsigned poll_sleep_ns;  // PersistentTuning's, between two polls of a value not yet written
+  int prefetch_ahead;      // PersistentTuning's: stages from the one sent to the one asked of L2
   int history_rows;      // cache rows a head block keeps in shared memory
   std::uint32_t slot_bytes;  // a weight ring slot's size (slot_bytes_for)
 };
@@ -176,7 +176,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // Every block reads its rows of each matrix once per token, in the stages' order, which never
 // depends on the activations. So the weights need not wait for the activations at all. The
 // block's producer warp does all of it:
-//   - it asks L2 for the block's rows of the stage kPrefetchAhead after the one it is copying
+//   - it asks L2 for the block's rows of the stage prefetch_ahead after the one it is copying
 //     (one bulk prefetch instruction per 4 KB, no waiting; the classifier, too large for L2 at
 //     once, its first chunk only), and
 //   - its first thread copies them on, piece by piece, into a ring of shared-memory slots ("The
@@ -194,7 +194,6 @@ struct Matrix {
 
 constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
 constexpr int kClassifierChunk = 128;           // classifier rows per block asked of L2 ahead
-constexpr int kPrefetchAhead = 2;               // stages from the one sent to the one asked of L2
 constexpr std::uint32_t kCopiesInFlight = 3;    // ring copies the producer lets run at once
 
 // Hopper's bulk prefetch: L2 fetches `bytes` at `src` (16-byte aligned, a multiple of 16); the
@@ -335,10 +334,10 @@ __device__ void send_rows_pair(Ring& ring, const Matrix& a, const Matrix& b) {
 
 // The whole token's weights, in the order step() reads them, by the producer warp: its first
 // thread copies each stage into the ring; once a stage is all sent, the warp asks L2 for the
-// stage kPrefetchAhead after it. (The lanes meet first: the others must not run ahead while
+// stage p.prefetch_ahead after it. (The lanes meet first: the others must not run ahead while
 // the first waits for free slots.)
 __device__ void stream_weights(const Params& p, Ring ring) {
-  for (int stage = 0; stage < kPrefetchAhead; ++stage) prefetch_stage(p, stage);
+  for (int stage = 0; stage < p.prefetch_ahead; ++stage) prefetch_stage(p, stage);
   for (int stage = 0; stage < stage_count(p); ++stage) {
     if (threadIdx.x % 32 == 0) {
       const Stage st = stage_of(p, stage);
@@ -348,7 +347,7 @@ __device__ void stream_weights(const Params& p, Ring ring) {
         send_rows(ring, st.a);
     }
     __syncwarp();
-    prefetch_stage(p, stage + kPrefetchAhead);
+    prefetch_stage(p, stage + p.prefetch_ahead);
   }
 }
 
@@ -798,7 +797,6 @@ Params params_for(const GpuModel& model, const StepBuffers& io) {
   static_cast<StepShape&>(p) = step_shape(c);
   p.w = step_weights(model);
   p.io = io;
-  p.poll_sleep_ns = kPollSleepNs;
   p.slot_bytes = slot_bytes_for(c.dim, c.hidden_dim);
   return p;
 }
@@ -923,6 +921,16 @@ PersistentStep::~PersistentStep() {
   if (tagged_) cudaFree(tagged_);
 }
 
+void PersistentStep::set_tuning(const PersistentTuning& tuning) {
+  if (tuning.prefetch_ahead < 0 || tuning.prefetch_ahead > PersistentTuning::kMaxPrefetchAhead ||
+      tuning.poll_sleep_ns > PersistentTuning::kMaxPollSleepNs)
+    throw std::invalid_argument("ch08 persistent step: prefetch_ahead " + std::to_string(tuning.prefetch_ahead) +
+                                " (0.." + std::to_string(PersistentTuning::kMaxPrefetchAhead) + ") and poll_sleep_ns " +
+                                std::to_string(tuning.poll_sleep_ns) + " (0.." +
+                                std::to_string(PersistentTuning::kMaxPollSleepNs) + ")");
+  tuning_ = tuning;
+}
+
 void PersistentStep::set_blocks(int blocks) {
   int device = 0, sms = 0;
   WB_CUDA(cudaGetDevice(&device));
@@ -950,6 +958,8 @@ void PersistentStep::enqueue(cudaStream_t stream) {
   p.act.picks = p.act.g + c.hidden_dim;
   p.launch = launches_;
   p.history_rows = history_rows_;
+  p.poll_sleep_ns = tuning_.poll_sleep_ns;
+  p.prefetch_ahead = tuning_.prefetch_ahead;
   cudaLaunchAttribute cooperative{};
   cooperative.id = cudaLaunchAttributeCooperative;  // every block resident at once, or an error
   cooperative.val.cooperative = 1;

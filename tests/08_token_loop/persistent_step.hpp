@@ -94,6 +94,15 @@ struct StepBuffers {
                                  // also goes to [pos], so that no copy brings it home
 };
 
+// The Grid plan's two latency knobs, for bench 08's sweeps (--persistent-prefetch-ahead,
+// --persistent-poll-ns); the defaults are the reference's.
+struct PersistentTuning {
+  static constexpr int kMaxPrefetchAhead = 16;
+  static constexpr unsigned kMaxPollSleepNs = 100000;
+  int prefetch_ahead = 2;       // stages between the one the producer copies and the one it asks L2 for
+  unsigned poll_sleep_ns = 32;  // __nanosleep between two polls of a tagged value not yet written
+};
+
 class PersistentStep {
  public:
   // Plans the kernel for this model on the current device (one block per SM, shared memory
@@ -126,6 +135,10 @@ class PersistentStep {
   int max_blocks() const { return max_blocks_; }
   std::size_t shared_bytes() const { return shared_bytes_; }
   int history_rows() const { return history_rows_; }  // cache rows a head block holds in shared memory
+  // The Grid plan's PersistentTuning; throws std::invalid_argument outside its ranges. Between
+  // launches.
+  void set_tuning(const PersistentTuning& tuning);
+  const PersistentTuning& tuning() const { return tuning_; }
   // Whether a launch also writes greedy decoding's next token into *token (the argmax of the
   // logits, chapter 07's greedy rule: greedy_pick.cuh): then a greedy decoder needs no sampler
   // launch. Both plans do.
@@ -141,6 +154,7 @@ class PersistentStep {
   std::uint32_t launches_ = 0;       // the tags of launch n are n * n_layers + layer + 1
   int blocks_ = 0, max_blocks_ = 0, history_rows_ = 0;
   std::size_t shared_bytes_ = 0;
+  PersistentTuning tuning_;
   PersistentPlan plan_ = PersistentPlan::Grid;
   std::string cluster_unavailable_;
   std::unique_ptr<ClusterStep> cluster_;  // the Cluster plan, where it can run
