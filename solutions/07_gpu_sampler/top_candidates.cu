@@ -96,12 +96,13 @@ __global__ void fill_row_offsets(int* offsets, int rows, int vocab) {
 
 // The selection: the first `count` entries of each sorted row, with their probabilities
 // exp((x - max) * inv_t) / sum under the whole row's softmax (the same terms as
-// row_softmax_stats). Grid: (candidate blocks, rows).
+// row_softmax_stats). Grid: (rows, candidate blocks): rows on x, whose 2^31 - 1 blocks hold
+// any batch, where y stops at 65535.
 __global__ void gather_candidates(const float* sorted, const int* sorted_ids, int vocab,
                                   float inv_t, const float* row_max, const float* row_sum,
                                   int count, float* candidate_p, int* candidate_ids) {
-  const int r = blockIdx.y;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int r = blockIdx.x;
+  const int i = blockIdx.y * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const std::size_t from = static_cast<std::size_t>(r) * vocab + i;
   const std::size_t to = static_cast<std::size_t>(r) * count + i;
@@ -279,7 +280,7 @@ void TopCandidatesSampler::sample(const float* logits, int rows, const SamplingP
   WB_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(
       b.sort_temp, temp_bytes, b.keys, b.sorted, b.token_ids, b.sorted_ids,
       static_cast<int>(count), rows, b.row_offsets, b.row_offsets + 1, 0, 32, stream));
-  gather_candidates<<<dim3((candidates + kThreads - 1) / kThreads, rows), kThreads, 0, stream>>>(
+  gather_candidates<<<dim3(rows, (candidates + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       b.sorted, b.sorted_ids, vocab_, inv_t, b.row_max, b.row_sum, candidates, b.candidate_p,
       b.candidate_ids);
   WB_CHECK_LAUNCH("gather_candidates");
