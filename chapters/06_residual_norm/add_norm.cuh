@@ -47,7 +47,7 @@ enum class Norm { LayerNorm, RMSNorm };
 struct NormParams {
   Norm norm = Norm::LayerNorm;
   const float* weight = nullptr;  // dim floats, device memory
-  const float* bias = nullptr;    // dim floats for LayerNorm; ignored (may be null) for RMSNorm
+  const float* bias = nullptr;    // dim floats for LayerNorm; for RMSNorm never read (null or anything)
   float eps = 1e-5f;              // > 0
 };
 

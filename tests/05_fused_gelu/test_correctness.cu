@@ -5,9 +5,15 @@
 // saturates, and views that are not 16-byte aligned.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <random>
+#include <span>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
@@ -25,7 +31,9 @@
 #include "wb/guarded_buffer.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
+#include "wb/test_environment.hpp"
 #include "wb/testing.hpp"
+#include "wb/timing.hpp"
 
 namespace {
 
@@ -134,6 +142,13 @@ std::string explain_error(const std::exception& e, Impl impl, std::size_t n, std
          "hint: a float4 access needs a 16-byte aligned address: take the float4 path only when "
          "x AND y are both 16-byte aligned (or peel scalars until both are, when they share "
          "the same misalignment); else use scalars.";
+  else if ((error.find("illegal") != std::string::npos || error.find("out of bounds") != std::string::npos) &&
+           x_offset % 4 == y_offset % 4 && x_offset % 4 != 0 && n < 4)
+    m << "rule: read and write only your own elements, for any n, however short.\nhint: x and y "
+         "share their misalignment here, and n = " << n << " is shorter than the "
+      << 4 - x_offset % 4 << " scalars before the first 16-byte boundary: clamp that head to n "
+         "(head = min(head, n)), or n - head wraps around in size_t and the float4 loop (and its "
+         "grid) run far past both buffers.";
   else if (error.find("illegal") != std::string::npos || error.find("out of bounds") != std::string::npos)
     m << "rule: read and write only your own elements.\nhint: guard every load and store with "
          "i < n, and index with size_t: an int index wraps around past 2^31.";
@@ -200,6 +215,59 @@ TEST_CASE("fused GELU where tanh saturates: large |x|") {
 TEST_CASE("unfused GELU where tanh saturates: large |x|") {
   WB_REQUIRE_GPU();
   check_saturation(Impl::Unfused);
+}
+
+// gelu.cuh: gelu(x) = x for large positive x "with no inf or NaN on the way", for any float x.
+// At the top of the float range an order of operations can overflow where the formula does
+// not: x * (1 + tanh(u)) * 0.5 forms 2x before halving it, and 2x is +inf once x > FLT_MAX / 2
+// = 1.7e38. Random signs; magnitudes half log-uniform from 3 to 3e38, half uniform in [0, 3e38]
+// (so about half of those are above FLT_MAX / 2).
+std::vector<float> top_of_range_inputs(std::size_t n, const std::string& label) {
+  constexpr double kTop = 3e38;  // below FLT_MAX by far more than a fast division's 2 ulps
+  std::mt19937_64 rng = wb::rng_for(label);
+  std::uniform_real_distribution<double> exponent(std::log10(3.0), std::log10(kTop)), linear(0.0, kTop);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double magnitude = std::min(i % 2 ? std::pow(10.0, exponent(rng)) : linear(rng), kTop);
+    x[i] = static_cast<float>((rng() & 1 ? 1.0 : -1.0) * magnitude);
+  }
+  x.front() = 3e38f;  // and one at each end, where the tail and the first pack are
+  x.back() = 2e38f;
+  return x;
+}
+
+void check_top_of_range(Impl impl, std::size_t n) {
+  const std::string what = std::string(name_of(impl)) + " GELU at the top of the float range (|x| up to 3e38)";
+  const std::vector<float> x = top_of_range_inputs(n, "ch05/top-of-range/" + std::to_string(n));
+  std::vector<float> y;
+  try {
+    y = run_gelu(impl, x);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(explain_error(e, impl, n, 0, 0, 0));
+    (void)cudaGetLastError();
+    return;
+  }
+  const std::string failure = check_gelu(x, y, gelu_tanh(x), what);
+  if (failure.empty()) return;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(y[i]) && x[i] > FLT_MAX / 2) {
+      FAIL_CHECK("ch05 " << what << ", n = " << n << ", seed " << wb::base_seed() << ": y[" << i
+                 << "] = " << y[i] << " for x = " << x[i] << ", where gelu(x) = x.\nrule: gelu(x) = x "
+                 << "for large positive x, up to the largest float, with no inf on the way.\nhint: "
+                 << "an intermediate overflowed: x * (1 + tanh(u)) is 2x once tanh(u) = 1, and 2x is "
+                 << "inf for x > FLT_MAX / 2 = 1.7e38. Halve first, 0.5f * x * (1 + tanh(u)), or "
+                 << "use x / (1 + exp(-2u)), which never exceeds |x|.\n" << failure);
+      return;
+    }
+  FAIL_CHECK(failure);
+}
+
+TEST_CASE("fused and unfused GELU at the top of the float range: |x| up to 3e38") {
+  WB_REQUIRE_GPU();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const std::size_t n : {std::size_t(7), std::size_t(4099)}) check_top_of_range(impl, n);
 }
 
 // Expects `call` to throw std::invalid_argument whose message contains `needle`. A
@@ -326,12 +394,15 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
 // every later test of this process.
 TEST_CASE("GELU of views: x and y alignments chosen independently") {
   WB_REQUIRE_GPU();
-  // (x offset, y offset) in floats: both off, then x aligned with y off, and the reverse.
-  const std::vector<std::pair<std::size_t, std::size_t>> views = {{1, 1}, {1, 3}, {0, 2}, {1, 0},
-                                                                  {0, 1}, {2, 0}, {3, 1}};
+  // (x offset, y offset) in floats: both off (by as much, or not), then x aligned with y off,
+  // and the reverse. n of 1 to 3 too: with x and y equally off (x + 1, y + 1), a head peeled
+  // up to the next 16-byte boundary (3 scalars) can be longer than n.
+  const std::vector<std::pair<std::size_t, std::size_t>> views = {{1, 1}, {2, 2}, {3, 3}, {1, 3}, {0, 2},
+                                                                  {1, 0}, {0, 1}, {2, 0}, {3, 1}};
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
     for (const auto [x_offset, y_offset] : views)
-      for (const std::size_t n : {std::size_t(7), std::size_t(100003), std::size_t(100004)}) {
+      for (const std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(7),
+                                  std::size_t(100003), std::size_t(100004)}) {
         const std::string what = std::string(name_of(impl)) + " GELU of views " +
                                  views_name(x_offset, y_offset);
         check_one(impl, ch05::reference::random_inputs(n, "ch05/view"), what, x_offset, y_offset);
@@ -379,6 +450,237 @@ TEST_CASE("GELU with x at the very end of its allocation (a read past the end fa
       const std::string failure = check_gelu(x, y, gelu_tanh(x), std::string(name_of(impl)) + " GELU, x at the end of its allocation");
       if (!failure.empty()) FAIL_CHECK(failure);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Launch patterns a real program has: calls on two streams at once, and a call beside another
+// kernel that writes the floats just past its y. gelu.cuh puts each call's work on its own
+// `stream` and nothing forbids calls that run at the same time: state shared between calls (a
+// work counter in __device__ memory) mixes their work up, and a store to an element the call
+// does not own, even of the bytes it just read there, undoes what another kernel wrote.
+
+// A CUDA event that orders one stream after another, destroyed at scope exit.
+struct OwnedEvent {
+  cudaEvent_t e = nullptr;
+  OwnedEvent() { WB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+  ~OwnedEvent() { cudaEventDestroy(e); }
+  OwnedEvent(const OwnedEvent&) = delete;
+  OwnedEvent& operator=(const OwnedEvent&) = delete;
+};
+
+// One call's buffers: x uploaded, y between guard bands (NaN), a scratch of its own.
+struct GeluCall {
+  std::vector<float> x;
+  wb::DeviceBuffer<float> x_dev;
+  wb::GuardedBuffer<float> y;
+  wb::DeviceBuffer<float> scratch;
+  GeluCall(std::size_t n, const std::string& label)
+      : x(ch05::reference::random_inputs(n, label)), x_dev(std::span<const float>(x)), y(n),
+        scratch(ch05::gelu_unfused_scratch_count(n)) {}
+  void launch(Impl impl, cudaStream_t stream) {
+    if (impl == Impl::Fused)
+      ch05::gelu_fused(x_dev.data(), y.data(), x.size(), stream);
+    else
+      ch05::gelu_unfused(x_dev.data(), y.data(), scratch.data(), x.size(), stream);
+  }
+};
+
+TEST_CASE("fused and unfused GELU: two streams at once") {
+  WB_REQUIRE_GPU();
+  constexpr int kPerStream = 3;
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const std::size_t n : {std::size_t(4099), std::size_t((1 << 20) + 3)}) {
+      std::vector<std::unique_ptr<GeluCall>> calls;  // A0, B0, A1, B1, ...
+      for (int i = 0; i < 2 * kPerStream; ++i)
+        calls.push_back(std::make_unique<GeluCall>(
+            n, "ch05/two-streams/" + std::string(i % 2 ? "b" : "a") + std::to_string(i / 2) + "/" + std::to_string(n)));
+      WB_CUDA(cudaDeviceSynchronize());
+      const wb::testing::OwnedStream gate, a, b;
+      // Both streams wait for one event, recorded after a kernel that holds the gate's stream
+      // for 5 ms: the calls queue up behind it meanwhile, and the two streams start together.
+      const OwnedEvent open;
+      wb::launch_spin_kernel(5e6, gate.s);
+      WB_CUDA(cudaEventRecord(open.e, gate.s));
+      WB_CUDA(cudaStreamWaitEvent(a.s, open.e, 0));
+      WB_CUDA(cudaStreamWaitEvent(b.s, open.e, 0));
+      const std::string where = std::string("ch05 ") + name_of(impl) + " GELU, n = " + std::to_string(n) +
+                                ", two streams running at once (" + std::to_string(kPerStream) +
+                                " calls each, on buffers of their own), seed " + std::to_string(wb::base_seed()) + ": ";
+      try {
+        for (int i = 0; i < kPerStream; ++i) {  // interleaved, so that the launches overlap
+          calls[2 * i]->launch(impl, a.s);
+          calls[2 * i + 1]->launch(impl, b.s);
+        }
+        WB_CUDA(cudaStreamSynchronize(a.s));
+        WB_CUDA(cudaStreamSynchronize(b.s));
+      } catch (const wb::NotImplemented&) {
+        throw;
+      } catch (const std::exception& e) {
+        FAIL_CHECK(where << "the call failed: " << first_line(e)
+                         << "\nhint: calls on two streams may run at the same time; each must use only its "
+                            "own x, y (and scratch).");
+        return;  // a fault is sticky
+      }
+      for (int i = 0; i < 2 * kPerStream; ++i) {
+        GeluCall& call = *calls[i];
+        const std::string failure = check_gelu(call.x, call.y.download(), gelu_tanh(call.x),
+                                               std::string(name_of(impl)) + " GELU, call " + std::to_string(i / 2) +
+                                                   " on stream " + (i % 2 ? "B" : "A") + " of two running at once");
+        if (!failure.empty()) {
+          FAIL_CHECK(where << "call " << i / 2 << " on stream " << (i % 2 ? "B" : "A")
+                     << " came out wrong.\nrule: calls on different streams may run at the same time (gelu.cuh: "
+                        "each call's work on its own `stream`); each computes its y from its x alone.\nhint: keep "
+                        "no state in device memory that calls share (a __device__ work counter or flag, a "
+                        "buffer of your own): two calls running together take each other's work, and a "
+                        "counter that one call's last block resets breaks the other. A grid that covers the "
+                        "array, or a grid-stride loop over it, needs no counter.\n"
+                     << failure);
+          break;
+        }
+        const std::string overrun = call.y.overrun("y");
+        if (!overrun.empty())
+          FAIL_CHECK(where << "call " << i / 2 << " on stream " << (i % 2 ? "B" : "A")
+                           << ": rule: write only your own elements. The kernel " << overrun << ".");
+      }
+    }
+}
+
+// The floats just past y belong to another kernel that writes them while the GELU runs on
+// another stream (y is one slice of a buffer whose next slice someone else fills). Its thread
+// t owns cells[t]: it stores a counter there, waits about a microsecond and reads the cell
+// back; any other value means a store by someone else landed in between. It runs until
+// state[kStop] is set, or for deadline_ns (when the two kernels cannot run side by side), and
+// leaves in state[kLast + t] the value its cell must keep from then on.
+constexpr int kCells = 4;
+enum NeighbourWord { kStarted, kStop, kTimedOut, kLost, kLostCell, kLostWrote, kLostRead, kLast, kStateWords = kLast + kCells };
+
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void neighbour_kernel(unsigned* cells, unsigned* state, unsigned long long deadline_ns) {
+  const int t = threadIdx.x;
+  volatile unsigned* cell = cells + t;
+  volatile unsigned* flags = state;
+  const unsigned long long begin = global_ns();
+  if (t == 0) flags[kStarted] = 1;
+  unsigned k = 0;
+  for (;;) {
+    *cell = ++k;
+    const long long wait_from = clock64();
+    while (clock64() - wait_from < 2000) {
+    }
+    const unsigned seen = *cell;
+    if (seen != k && atomicAdd(state + kLost, 1u) == 0) {
+      flags[kLostCell] = t;
+      flags[kLostWrote] = k;
+      flags[kLostRead] = seen;
+    }
+    if (flags[kStop] != 0) break;
+    if (global_ns() - begin > deadline_ns) {
+      flags[kTimedOut] = 1;
+      break;
+    }
+  }
+  flags[kLast + t] = k;
+}
+
+__global__ void wait_for_flag(const unsigned* flag, unsigned long long deadline_ns) {
+  const unsigned long long begin = global_ns();
+  while (*static_cast<const volatile unsigned*>(flag) == 0 && global_ns() - begin < deadline_ns) __nanosleep(100);
+}
+
+__global__ void set_flag(unsigned* flag) { *static_cast<volatile unsigned*>(flag) = 1; }
+
+void check_beside_neighbour(Impl impl, std::size_t n) {
+  constexpr int kCalls = 200;
+  constexpr unsigned long long kDeadlineNs = 2'000'000'000ull;
+  const std::vector<float> x = ch05::reference::random_inputs(n, "ch05/neighbour/" + std::to_string(n));
+  const wb::DeviceBuffer<float> x_dev{std::span<const float>(x)};
+  wb::GuardedBuffer<float> y_buf(n + kCells);  // y[0, n): the call's; y[n, n + kCells): the neighbour's
+  wb::DeviceBuffer<float> scratch(ch05::gelu_unfused_scratch_count(n));
+  wb::DeviceBuffer<unsigned> state(kStateWords);
+  WB_CUDA(cudaMemset(state.data(), 0, kStateWords * sizeof(unsigned)));
+  WB_CUDA(cudaDeviceSynchronize());
+  const std::string where = std::string("ch05 ") + name_of(impl) + " GELU, n = " + std::to_string(n) +
+                            ", y 16-byte aligned, the " + std::to_string(kCells) +
+                            " floats after y[n - 1] owned by another kernel that writes them at the same time "
+                            "(y is one slice of a buffer whose next slice another stream fills), seed " +
+                            std::to_string(wb::base_seed()) + ": ";
+  const wb::testing::OwnedStream beside, work;
+  float* y = y_buf.data();
+  // Stops the neighbour whatever happened (a plain copy: it does not wait for the streams).
+  const auto stop_neighbour = [&] {
+    const unsigned one = 1;
+    (void)cudaMemcpy(state.data() + kStop, &one, sizeof one, cudaMemcpyHostToDevice);
+  };
+  try {
+    neighbour_kernel<<<1, kCells, 0, beside.s>>>(reinterpret_cast<unsigned*>(y + n), state.data(), kDeadlineNs);
+    WB_CHECK_LAUNCH("neighbour_kernel");
+    wait_for_flag<<<1, 1, 0, work.s>>>(state.data() + kStarted, kDeadlineNs);
+    WB_CHECK_LAUNCH("wait_for_flag");
+    for (int c = 0; c < kCalls; ++c) {
+      if (impl == Impl::Fused)
+        ch05::gelu_fused(x_dev.data(), y, n, work.s);
+      else
+        ch05::gelu_unfused(x_dev.data(), y, scratch.data(), n, work.s);
+    }
+    set_flag<<<1, 1, 0, work.s>>>(state.data() + kStop);
+    WB_CHECK_LAUNCH("set_flag");
+    WB_CUDA(cudaStreamSynchronize(work.s));
+    WB_CUDA(cudaStreamSynchronize(beside.s));
+  } catch (const wb::NotImplemented&) {
+    stop_neighbour();
+    throw;
+  } catch (const std::exception& e) {
+    stop_neighbour();
+    FAIL_CHECK(where << "the call failed: " << first_line(e) << "\nhint: read and write only y[0] to y[n - 1].");
+    return;  // a fault is sticky
+  }
+  const std::vector<unsigned> s = state.download();
+  const std::vector<float> all = y_buf.download();
+  const std::string rule =
+      "rule: write only your own elements.";
+  const std::string hint =
+      "\nhint: a store of the bytes just read is still a store: the guard bands of the other tests "
+      "cannot see it, another writer can. Only the n / 4 whole packs go four at a time; store the "
+      "last n % 4 elements one by one, and load or store nothing at or past y[n].";
+  if (s[kLost] > 0) {
+    FAIL_CHECK(where << rule << " " << s[kLost] << " time(s) a value that kernel had just stored at y[n + "
+                     << s[kLostCell] << "] was replaced by an older one (it stored its count " << s[kLostWrote]
+                     << ", then read back " << s[kLostRead] << "): the GELU call loaded the floats past y[n - 1] "
+                     << "and stored the same bytes back (a read-modify-write of the last, partial float4 pack), "
+                     << "undoing the other kernel's store made in between." << hint);
+    return;
+  }
+  for (int t = 0; t < kCells; ++t) {
+    const unsigned now = std::bit_cast<unsigned>(all[n + t]);
+    if (now != s[kLast + t]) {
+      FAIL_CHECK(where << rule << " y[n + " << t << "] holds 0x" << std::hex << now << std::dec
+                       << " after the calls, where its owner's last store was " << s[kLast + t]
+                       << ": the GELU call stored to a float past y[n - 1] (a read-modify-write of the last, "
+                       << "partial float4 pack puts back an old value)." << hint);
+      return;
+    }
+  }
+  const std::string failure = check_gelu(x, std::span<const float>(all).first(n), gelu_tanh(x),
+                                         std::string(name_of(impl)) + " GELU beside another kernel's writes");
+  if (!failure.empty()) FAIL_CHECK(failure);
+  if (s[kTimedOut] != 0)
+    wb::testing::record_note(where + "the other kernel and the calls did not run at the same time on this GPU: "
+                                     "only the outputs were checked");
+}
+
+TEST_CASE("fused and unfused GELU beside another kernel writing the floats just past y") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled() || wb::started_under_sanitizer()) {
+    wb::testing::mark_skipped("skipped: under WB_DEBUG_SYNC=1 or compute-sanitizer, kernels do not run side by side");
+    return;
+  }
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const std::size_t n : {std::size_t(5), std::size_t(4098), std::size_t(4099)}) check_beside_neighbour(impl, n);
 }
 
 // Inputs generated on the GPU (up to 8 GiB): uniform in [-6, 6) from a hash of (seed, index).

@@ -109,9 +109,11 @@ std::string what_of(Impl impl) {
 }
 
 // Runs one add + norm on the GPU (both kernels for Impl::Unfused) and returns r and h (h
-// widened to float). Fails the test when a guard band or an input changed.
+// widened to float). Fails the test when a guard band or an input changed. `rms_bias`, when
+// not null, is the bias pointer an RMSNorm call is handed instead of the problem's.
 template <typename T>
-Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch::Direct) {
+Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch::Direct,
+           const float* rms_bias = nullptr) {
   const std::size_t n = std::size_t(p.rows) * p.dim;
   const std::string what = what_of<T>(impl) + ", " + ch06::reference::describe(p);
   wb::GuardedBuffer<float> x_buf(n + off.x), r_buf(n + off.r);
@@ -135,6 +137,7 @@ Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch
   params.norm = p.norm;
   params.weight = weight_buf.data() + off.weight;
   params.bias = p.norm == Norm::LayerNorm || p.rmsnorm_gets_bias ? bias_buf.data() + off.bias : nullptr;
+  if (p.norm == Norm::RMSNorm && rms_bias != nullptr) params.bias = rms_bias;
   params.eps = p.eps;
   const float* x = x_buf.data() + off.x;
   const T* delta = delta_buf.data() + off.delta;
@@ -211,8 +214,8 @@ Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch
 // Runs and checks r (bit for bit) and h (against the double reference).
 template <typename T>
 void check(Impl impl, const Problem& p, Offsets off = {}, const std::string& extra = "",
-           Launch launch = Launch::Direct) {
-  const Output out = run<T>(impl, p, off, launch);
+           Launch launch = Launch::Direct, const float* rms_bias = nullptr) {
+  const Output out = run<T>(impl, p, off, launch, rms_bias);
   if (!out.ran) return;
   const std::string what = what_of<T>(impl) + extra;
   const std::string r_failure = ch06::reference::check_residual(p, out.r, what);
@@ -417,6 +420,46 @@ TEST_CASE("more rows than a grid's y or z dimension holds (70000 rows)") {
                  " (70000 rows: launch rows in grid.x, whose limit is 2^31 - 1)");
 }
 
+// Rows longer than any the other tests use (100000 and 131072 values: past 92682, two halves of
+// a row count more than 2^31 pairs), whose channels sit at two levels, -1 and +1 (plus noise of
+// spread 0.5), alternating every channel (row 0), every 32 channels (row 1), every 1024 (row 2),
+// and by halves (row 3). A statistic merged from parts (per thread, per warp, per block: Chan's
+// formula for M2 weighs the parts' mean difference by count_a * count_b / n) must be right
+// whichever way the levels fall across the parts; random rows leave every part with nearly the
+// same mean, where a wrong merge term hardly shows.
+TEST_CASE("rows of 100000 and 131072 values whose channels sit at two levels") {
+  WB_REQUIRE_GPU();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const int dim : {100000, 131072})
+      for (const Norm norm : {Norm::LayerNorm, Norm::RMSNorm}) {
+        Problem p = problem<float>(4, dim, norm, Data::Typical, "two-levels");
+        const int widths[4] = {1, 32, 1024, (dim + 1) / 2};
+        for (int row = 0; row < 4; ++row)
+          for (int i = 0; i < dim; ++i) {
+            const std::size_t k = std::size_t(row) * dim + i;
+            p.x[k] = ((i / widths[row]) % 2 ? 1.0f : -1.0f) + 0.25f * p.x[k];  // x ~ N(0, 2): noise 0.5
+            p.delta[k] *= 0.25f;
+          }
+        const std::string what = what_of<float>(impl) + " (channels at two levels, alternating every 1, 32 "
+                                                        "and 1024 channels and by halves)";
+        const Output out = run<float>(impl, p);
+        const std::string r_failure = ch06::reference::check_residual(p, out.r, what);
+        if (!r_failure.empty()) FAIL_CHECK(r_failure);
+        const std::string h_failure = ch06::reference::check_normalized(
+            p, ch06::reference::residual(p), out.h, ch06::reference::kHFp32Tol, what);
+        if (!h_failure.empty())
+          FAIL_CHECK("ch06 " << what << ", " << ch06::reference::describe(p) << ", seed " << wb::base_seed()
+                     << ": h is wrong on rows of " << dim << " values whose channels sit at two levels.\n"
+                     << "rule: any dim >= 1, and any values: the statistics of a row must not depend on how its "
+                        "values fall across your threads, warps and blocks.\nhint: when partial statistics "
+                        "are merged (Chan's formula: M2 = M2_a + M2_b + d^2 * n_a * n_b / n), count_a * count_b "
+                        "passes 2^31 for rows of more than 92682 values: keep counts in float or 64 bits. A "
+                        "merge that is wrong only when the parts' means differ passes random rows and fails "
+                        "these.\n"
+                     << h_failure);
+      }
+}
+
 // Inputs whose last element is the last float of their allocation: a read past the end of a
 // row or of the matrix leaves the allocation (compute-sanitizer's memcheck reports it; the
 // suite runs under it on the GPU).
@@ -436,6 +479,39 @@ TEST_CASE("inputs that end exactly where their allocation ends") {
         p, ch06::reference::residual(p), on_device.h.download(), ch06::reference::kHFp32Tol, what);
     if (!h_failure.empty()) FAIL_CHECK(h_failure);
   }
+}
+
+// add_norm.cuh: NormParams::bias is "for RMSNorm never read (null or anything)": a caller may
+// leave a placeholder there (a shorter buffer, one already freed). Here it is
+// 4 floats (NaN) that end exactly where mapped device memory ends (wb::InputAtEnd): reading
+// bias past them is an illegal address, and adding them makes h NaN. Through every path of the
+// reference (warp per row, block per row, unaligned rows, rows longer than a block holds).
+TEST_CASE("RMSNorm with a bias it must not read (4 floats at the very end of their allocation)") {
+  WB_REQUIRE_GPU();
+  wb::InputAtEnd placeholder(4);
+  placeholder.upload(std::vector<float>(4, std::nanf("")));
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : std::vector<Shape>{{33, 768}, {9, 2560}, {5, 1001}, {1, 20000}}) {
+      const std::string extra = " (RMSNorm handed a bias pointer to 4 floats that end where mapped memory ends)";
+      try {
+        check<float>(impl, problem<float>(s.rows, s.dim, Norm::RMSNorm, Data::Typical, "bias-placeholder"), {},
+                     extra, Launch::Direct, placeholder.data());
+        check<__half>(impl, problem<__half>(s.rows, s.dim, Norm::RMSNorm, Data::Typical, "bias-placeholder"), {},
+                      extra, Launch::Direct, placeholder.data());
+      } catch (const wb::NotImplemented&) {
+        throw;
+      } catch (const std::exception& e) {
+        const std::string error = e.what();
+        FAIL_CHECK("ch06 " << what_of<float>(impl) << ", RMSNorm " << s.rows << "x" << s.dim << extra << ", seed "
+                           << wb::base_seed() << ": the call failed: " << error.substr(0, error.find('\n'))
+                           << "\nrule: RMSNorm has no bias: add_norm.cuh says NormParams::bias is ignored for it "
+                              "(may be null), so it may point at anything (here: a 4-float placeholder), and the "
+                              "kernel must not read it.\nhint: load bias only when params.norm is LayerNorm, not "
+                              "whenever the pointer is non-null; and decide the packed path's alignment check of "
+                              "bias the same way.");
+        return;  // a fault is sticky
+      }
+    }
 }
 
 // Expects `call` to throw std::invalid_argument naming `needle`. A starter's NotImplemented
