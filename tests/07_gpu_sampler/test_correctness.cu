@@ -24,9 +24,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/owned_stream.hpp"
 #include "reference.hpp"
 #include "runner.cuh"
 #include "sampler.cuh"
@@ -852,6 +854,27 @@ std::vector<DistributionCase> distribution_cases() {
     cases.push_back({"an unfiltered row of 8192 logits alternating 0 and -0.1 (one crowded bin)", row,
                      SamplingParams{1.0f, 0, 1.0f, 21, 0}, true, note});
   }
+  {  // top_k between the number of finite logits and vocab: a row of 400 with 250 of them masked
+     // (-inf) at random columns, top_k = 200. 200 < vocab, but only 150 tokens have a nonzero
+     // probability (the masked ones come last in the order, p = 0), so top_k keeps every finite
+     // logit and the draws follow the whole row's softmax. A sampler that decides "top_k is on"
+     // by comparing k with vocab, and then looks for the mass of the first k tokens among the
+     // finite ones, looks for a 200th token that is not there.
+    std::vector<float> row = normal_row(400, 1.0f, rng);
+    std::vector<int> ids(row.size());
+    for (int i = 0; i < static_cast<int>(ids.size()); ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int i = 0; i < 250; ++i) row[ids[i]] = -kInf;
+    const std::string note =
+        "\nthis row: 400 logits, 250 of them -inf (masked), top_k = 200. top_k < vocab, but only 150 "
+        "tokens have a nonzero probability: in rule 2's order the masked tokens come last (p = 0), "
+        "so the first 200 are the 150 finite ones and 50 masked ones, and the draws follow the "
+        "softmax of the whole row.\nhint: when k is at least the number of tokens that are not "
+        "-inf, top_k keeps all of them: compare k with that count (the valid entries), not with "
+        "vocab, before looking for the k-th token or the mass of the first k.";
+    cases.push_back({"top_k 200 on a row of 400 with 250 masked (k above its 150 finite logits)", row,
+                     SamplingParams{1.0f, 200, 1.0f, 32, 0}, false, note});
+  }
   return cases;
 }
 
@@ -976,6 +999,24 @@ void membership(Step step) {
     q.top_p = top_p_for_nucleus(wide, q, 1500);
     cases.push_back({"top_p cut inside a run of 3000 equal logits leading a 9000-wide row (the first "
                      "1500 kept)", wide, q, true, note});
+  }
+  {  // Equal logits across rank k where top_k keeps more than a bounded gather holds: top_k 3000
+     // of an 8192-wide row, and the 1000 tokens ranked 2501 to 3500 share one logit. top_k keeps
+     // the 500 of them with the lowest indices. The rows with 8 equal logits across rank 20 or 50
+     // above are answered from a short sorted list; this one takes a sampler's way beyond it
+     // (the reference's long way), where keeping the whole run of the k-th logit, or the wrong
+     // half of it, keeps 500 tokens too many (about 8% of the draws land on them).
+    std::vector<float> row = normal_row(8192, 1.0f, rng);
+    plant_ties_across_rank(row, 3000, 1000);
+    cases.push_back({"top_k 3000, 1000 equal logits across rank 3000 of an 8192-wide row (the first "
+                     "500 of them kept)", row, SamplingParams{1.0f, 3000, 1.0f, 31, 0}, true,
+                     "\nthis row: top_k = 3000 keeps more tokens than a small gather or sort holds, "
+                     "and the 1000 tokens ranked 2501 to 3500 share one logit (the 3000th largest). "
+                     "top_k keeps exactly 3000 tokens: the 2500 larger ones and the 500 of the run "
+                     "with the lowest indices, never the other 500.\nhint: top_k's cut is a position "
+                     "(rank < k), not a logit value: where the k-th logit is shared, the cut falls "
+                     "inside its run, k - (tokens above the run) of them kept by index, and the "
+                     "kept mass is theirs only (not the whole run's)."});
   }
   for (const DistributionCase& c : cases) {
     // Step 3 refuses these rows. Racecheck leaves them out: a wide row's selections re-read
@@ -1601,6 +1642,323 @@ void fused_rule7_and_graphs() {
   check_integrity(runner, Step::Fused, "rule 7 and graphs");
 }
 
+// ---------------------------------------------------------------------------------------
+// Rule 7 with calls at once. sample_fused keeps nothing of its own between its kernels: its
+// scratch is the caller's workspace (or a block's shared memory). A server samples several
+// batches at once, on several streams (or replays several graphs at once), and a buffer of
+// the sampler's own (a __device__ array, a static allocation) is then written by two calls
+// at once. Here a long call runs on one stream while eight short ones come and go on another,
+// of higher priority (the GPU schedules its blocks first, so they run while the long call's
+// blocks are still coming). Every row is 0 but one planted logit, at another column in every
+// call and large enough to be the only token kept, so each row's token and confidence are
+// known exactly, whatever the draw.
+
+// Row r of a call planted with `salt` holds its planted logit at this column.
+__host__ __device__ inline int planted_column(int row, int vocab, int salt) {
+  return static_cast<int>((static_cast<long long>(row) * 7919 + salt) % vocab);
+}
+
+__global__ void plant_one_per_row(float* x, int rows, int vocab, int salt, float value) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) x[static_cast<std::size_t>(r) * vocab + planted_column(r, vocab, salt)] = value;
+}
+
+std::string first_line_of(const std::exception& e) {
+  const std::string text = e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+// One call: its rows (all 0 but the planted logit) and its outputs (poisoned), filled on `s`.
+struct PlantedCall {
+  int rows, vocab, salt;
+  float value;
+  std::string name;
+  wb::DeviceBuffer<float> logits;
+  wb::DeviceBuffer<int> tokens;
+  wb::DeviceBuffer<float> confidence;
+
+  PlantedCall(int rows_, int vocab_, int salt_, float value_, std::string name_, cudaStream_t s)
+      : rows(rows_), vocab(vocab_), salt(salt_), value(value_), name(std::move(name_)),
+        logits(static_cast<std::size_t>(rows_) * vocab_), tokens(rows_), confidence(rows_) {
+    WB_CUDA(cudaMemsetAsync(logits.data(), 0, logits.bytes(), s));
+    plant_one_per_row<<<(rows + 255) / 256, 256, 0, s>>>(logits.data(), rows, vocab, salt, value);
+    WB_CHECK_LAUNCH("plant_one_per_row");
+    WB_CUDA(cudaMemsetAsync(tokens.data(), 0x7F, tokens.bytes(), s));  // kPoisonToken
+    confidence.poison(s);
+  }
+  // The planted token's probability at T = 1 (greedy's confidence is at T = 1 too).
+  double planted_p() const {
+    const double e = std::exp(static_cast<double>(value));
+    return e / (e + (vocab - 1));
+  }
+  void launch(const SamplingParams& params, wb::DeviceBuffer<unsigned char>& workspace, cudaStream_t s) {
+    ch07::sample_fused(logits.data(), rows, vocab, params, tokens.data(), confidence.data(),
+                       workspace.data(), workspace.bytes(), s);
+  }
+};
+
+// A stream of the given priority (lower numbers are scheduled first), destroyed at scope exit.
+struct PriorityStream {
+  cudaStream_t s = nullptr;
+  explicit PriorityStream(int priority) {
+    WB_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
+  }
+  ~PriorityStream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  PriorityStream(const PriorityStream&) = delete;
+  PriorityStream& operator=(const PriorityStream&) = delete;
+};
+
+void fused_two_calls_at_once() {
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the tools run one kernel at a "
+                              "time, so two calls never overlap");
+    return;
+  }
+  int least = 0, greatest = 0;
+  WB_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  PriorityStream stream_a(least), stream_b(greatest);
+  const int vocab = 8192, short_rows = 16, short_calls = 8;
+  struct Round {
+    const char* what;
+    SamplingParams params;
+    int long_rows;
+    float long_value, short_value;  // the planted logit: alone in the kept set
+  };
+  // Greedy: the argmax is the planted column. Sampled (top_p 0.9 alone): e^12 / (e^12 + 8191)
+  // = 0.952 of the mass (0.982 for e^13), so the nucleus is the planted token alone.
+  const Round rounds[] = {{"greedy", SamplingParams{0.0f, 0, 1.0f, 0, 0}, 16384, 1.0f, 2.0f},
+                          {"sampled, top_p 0.9", SamplingParams{1.0f, 0, 0.9f, 43, 0}, 2048, 12.0f, 13.0f}};
+  for (const Round& round : rounds) {
+    std::vector<PlantedCall> calls;
+    calls.reserve(1 + short_calls);
+    calls.emplace_back(round.long_rows, vocab, 1, round.long_value,
+                       "the call of " + shape_of(round.long_rows, vocab) + " on stream A", stream_a.s);
+    for (int i = 0; i < short_calls; ++i)
+      calls.emplace_back(short_rows, vocab, 2 + i, round.short_value,
+                         "call " + std::to_string(i + 1) + " of " + std::to_string(short_calls) + " (" +
+                             shape_of(short_rows, vocab) + ") on stream B",
+                         stream_b.s);
+    // A workspace for each stream (stream B's calls follow each other on theirs).
+    wb::DeviceBuffer<unsigned char> workspace_a(ch07::fused_sampler_workspace_bytes(round.long_rows, vocab));
+    wb::DeviceBuffer<unsigned char> workspace_b(ch07::fused_sampler_workspace_bytes(short_rows, vocab));
+    WB_CUDA(cudaStreamSynchronize(stream_a.s));
+    WB_CUDA(cudaStreamSynchronize(stream_b.s));
+
+    // The long call, then the short ones while it runs.
+    SamplingParams p = round.params;
+    calls[0].launch(p, workspace_a, stream_a.s);
+    for (int i = 1; i <= short_calls; ++i) {
+      p.step = static_cast<std::uint64_t>(i);
+      calls[i].launch(p, workspace_b, stream_b.s);
+    }
+    WB_CUDA(cudaStreamSynchronize(stream_a.s));
+    WB_CUDA(cudaStreamSynchronize(stream_b.s));
+
+    std::ostringstream head;
+    head << "ch07 step 4 (sample_fused), two calls at once on two streams (" << round.what << ": "
+         << shape_of(round.long_rows, vocab) << " on stream A, and " << short_calls << " calls of "
+         << shape_of(short_rows, vocab) << " on stream B, of higher priority, while it runs), test seed "
+         << wb::base_seed() << ": ";
+    for (const PlantedCall& c : calls) {
+      const std::vector<int> tokens = c.tokens.download();
+      const std::vector<float> confidence = c.confidence.download();
+      int wrong = 0, first = -1;
+      for (int r = 0; r < c.rows; ++r) {
+        const bool right = tokens[r] == planted_column(r, vocab, c.salt) &&
+                           close_to(confidence[r], c.planted_p(), kConfidenceRtol);
+        if (!right && wrong++ == 0) first = r;
+      }
+      if (wrong == 0) continue;
+      const int token = tokens[first];
+      std::string crossed;
+      for (const PlantedCall& other : calls)
+        if (&other != &c && first < other.rows && token == planted_column(first, vocab, other.salt))
+          crossed = " Token " + std::to_string(token) + " is where " + other.name + " planted the maximum "
+                    "of ITS row " + std::to_string(first) + ": the two calls' results crossed.";
+      std::ostringstream s;
+      s << head.str() << c.name << ": " << wrong << " of its " << c.rows << " rows are wrong; row " << first
+        << " gave token " << token << (token == ch07::testing::kPoisonToken ? " (never written)" : "")
+        << " with confidence " << confidence[first] << ", expected token "
+        << planted_column(first, vocab, c.salt) << " with confidence " << c.planted_p()
+        << " (every row is 0 but one logit of " << c.value << ", the only token kept)." << crossed
+        << "\nrule 7: a call's scratch memory is the caller's workspace: two calls running at once, "
+           "each with its own logits, outputs and workspace, must not see each other."
+           "\nhint: sample_fused keeps nothing of its own. Partial results passed between its kernels "
+           "or blocks (a row's per-block max, argmax and sum, counters, flags) go in the workspace "
+           "(ask for the bytes in fused_sampler_workspace_bytes), or stay in shared memory (a "
+           "cluster's distributed shared memory): a __device__ array or a static buffer is one for "
+           "the whole process, and every call running at the time writes it.";
+      FAIL_CHECK(s.str());
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Any shape: steps 2 and 3 take any max_rows (max_rows x vocab within an int, CUB's item
+// count); step 4 has no max_rows and no limit on rows x vocab. These are last in the file
+// (before the kernel coverage): a fault is a sticky CUDA error that ends every later test of
+// the process.
+
+// 65537 rows (an odd vocab: every alignment), more than a grid's y or z dimension holds
+// (65535): a launch that puts the rows on blockIdx.y fails.
+void more_rows_than_grid_y(Step step) {
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 65537-row case is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  const Shape s{65537, 33};
+  const std::vector<float>& logits = batch_logits("ch07/more-rows-than-grid-y", s, 2.0f, 3, 0, 0.0f);
+  Runner runner(step, logits, s.rows, s.vocab);
+  const std::string rule =
+      "rule: any shape: this call has 65537 rows, more than a grid's y or z dimension holds "
+      "(65535 blocks).\nhint: put the rows on gridDim.x (up to 2^31 - 1 blocks: rows x the "
+      "blocks of a row, a cluster's blocks consecutive), or loop over the rows.";
+  for (const SamplingParams params : {SamplingParams{0.0f, 0, 1.0f, 1, 0}, SamplingParams{0.8f, 5, 0.9f, 9, 2}}) {
+    const std::string head = failure_head(step, "more rows than a grid's y dimension holds", s.rows,
+                                          s.vocab, params);
+    Draws d;
+    try {
+      d = runner.run(params);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();  // a launch error is not sticky: clear it for the next test
+      FAIL_CHECK(head << "the call failed: " << first_line_of(e) << "\n" << rule);
+      return;
+    }
+    const std::string failure =
+        check_draws(logits, s.vocab, params, expected_rows(logits, s.rows, s.vocab, params), d);
+    if (!failure.empty()) {
+      const int row = std::atoi(failure.c_str() + 4);  // check_draws says "row R: ..."
+      FAIL_CHECK(head << failure << (row >= 65535 ? "\n" + rule : std::string()));
+      return;
+    }
+  }
+  check_integrity(runner, step, "more rows than a grid's y dimension holds");
+}
+
+// Logits generated on the GPU (8.6 GB): uniform in [-8, 8) from a hash of (seed, index).
+__global__ void fill_uniform_logits(float* x, std::size_t count, unsigned long long seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    unsigned long long h = seed + i * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    x[i] = static_cast<float>(h >> 40) * (16.0f / 16777216.0f) - 8.0f;
+  }
+}
+
+// 14144 x 151936 = 2148982784 logits (8.6 GB): row * vocab passes 2^31 from row 14135 on. Each
+// row's logits are uniform in [-8, 8) but one, planted at 18: the argmax, and with top_k 50 +
+// top_p 0.9 the only token kept (e^18 is 99.8% of the top 50's mass), so every row's token
+// is known; the confidence is checked on some rows against double precision.
+void fused_more_than_2_31_logits() {
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31-logit case is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  const int rows = 14144, vocab = 151936, salt = 5;
+  const float planted = 18.0f;
+  const std::size_t count = static_cast<std::size_t>(rows) * vocab;
+  const int boundary = static_cast<int>(((1ull << 31) + vocab - 1) / vocab);  // 14135
+  const std::size_t workspace_bytes = ch07::fused_sampler_workspace_bytes(rows, vocab);
+  {
+    const std::size_t need = count * sizeof(float) + workspace_bytes + (1ull << 30);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (free_bytes < need) {
+      wb::testing::mark_skipped("skipped: the 2^31-logit case needs " + std::to_string((need >> 30) + 1) +
+                                " GB of free device memory, this GPU has " + std::to_string(free_bytes >> 30) +
+                                " GB");
+      return;
+    }
+  }
+  const std::string what = "more than 2^31 logits (" + std::to_string(count) + ")";
+  const std::string rule =
+      "rule: any shape: sample_fused has no limit on rows x vocab, and row * vocab passes 2^31 from row " +
+      std::to_string(boundary) + " on here.\nhint: compute offsets in 64 bits, logits + "
+      "static_cast<size_t>(row) * vocab; an int product wraps around to a negative offset.";
+  std::string head = failure_head(Step::Fused, what, rows, vocab, SamplingParams{0.0f, 0, 1.0f, 0, 0});
+  try {
+    wb::DeviceBuffer<float> logits(count);
+    wb::GuardedBuffer<int> tokens(rows);
+    wb::GuardedBuffer<float> confidence(rows);
+    wb::DeviceBuffer<unsigned char> workspace(workspace_bytes);
+    wb::testing::OwnedStream stream;
+    fill_uniform_logits<<<4096, 256, 0, stream.s>>>(logits.data(), count, wb::base_seed());
+    WB_CHECK_LAUNCH("fill_uniform_logits");
+    plant_one_per_row<<<(rows + 255) / 256, 256, 0, stream.s>>>(logits.data(), rows, vocab, salt, planted);
+    WB_CHECK_LAUNCH("plant_one_per_row");
+    // The confidence of some rows (the first and last, both sides of the boundary, some in
+    // between) is checked against double precision: Z = sum exp(x - max), the max the planted 18.
+    std::vector<int> some = {0, 1, boundary - 1, boundary, boundary + 1, rows - 2, rows - 1};
+    for (int i = 1; i <= 6; ++i) some.push_back(rows * i / 7);
+    std::map<int, double> want_p;
+    {
+      std::vector<float> row(vocab);
+      for (const int r : some) {
+        WB_CUDA(cudaMemcpyAsync(row.data(), logits.data() + static_cast<std::size_t>(r) * vocab,
+                                vocab * sizeof(float), cudaMemcpyDeviceToHost, stream.s));
+        WB_CUDA(cudaStreamSynchronize(stream.s));
+        double z = 0;
+        for (const float x : row) z += std::exp(static_cast<double>(x) - planted);
+        want_p[r] = 1.0 / z;
+      }
+    }
+    for (const SamplingParams params : {SamplingParams{0.0f, 0, 1.0f, 0, 0}, SamplingParams{1.0f, 50, 0.9f, 61, 0}}) {
+      head = failure_head(Step::Fused, what, rows, vocab, params);
+      WB_CUDA(cudaMemsetAsync(tokens.data(), 0x7F, tokens.bytes(), stream.s));  // kPoisonToken
+      confidence.poison(stream.s);
+      ch07::sample_fused(logits.data(), rows, vocab, params, tokens.data(), confidence.data(),
+                         workspace.data(), workspace.bytes(), stream.s);
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+      const std::vector<int> got = tokens.download();
+      const std::vector<float> conf = confidence.download();
+      int wrong = 0, first = -1;
+      for (int r = 0; r < rows; ++r)
+        if (got[r] != planted_column(r, vocab, salt) && wrong++ == 0) first = r;
+      if (wrong > 0) {
+        std::ostringstream s;
+        s << head << wrong << " rows gave another token than their planted maximum; the first is row "
+          << first << ": token " << got[first]
+          << (got[first] == ch07::testing::kPoisonToken ? " (never written)" : "") << ", expected "
+          << planted_column(first, vocab, salt) << " (logit " << planted << ", every other one in [-8, 8)).";
+        if (first >= boundary)
+          s << " The rows before row " << boundary << " are right.\n" << rule;
+        else
+          s << "\nhint: wrong before row " << boundary << " too, so not (only) the 64-bit offsets.";
+        FAIL_CHECK(s.str());
+        return;
+      }
+      for (const auto& [r, want] : want_p) {
+        if (close_to(conf[r], want, kConfidenceRtol)) continue;
+        FAIL_CHECK(head << "row " << r << " gave the right token with confidence " << conf[r]
+                        << ", expected " << want << " (under the softmax of its whole row)."
+                        << (r >= boundary ? " The rows checked before row " + std::to_string(boundary) +
+                                                " are right.\n" + rule
+                                          : std::string()));
+        return;
+      }
+      const std::string overrun = tokens.overrun("tokens") + confidence.overrun("confidence");
+      if (!overrun.empty()) {
+        FAIL_CHECK(head << "sample_fused " << overrun
+                        << "\nhint: write tokens[r] and confidence[r] only for r < rows.");
+        return;
+      }
+    }
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(head << "the call failed: " << first_line_of(e) << "\n" << rule);
+    // A fault is sticky: nothing more can run on this device (this case is last for that).
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -1677,6 +2035,10 @@ TEST_CASE("step 4 (fused): rule 7, no sync, allocation or copy inside; capturabl
   WB_REQUIRE_GPU();
   fused_rule7_and_graphs();
 }
+TEST_CASE("step 4 (fused): rule 7, two calls at once on two streams each get their own answers") {
+  WB_REQUIRE_GPU();
+  fused_two_calls_at_once();
+}
 TEST_CASE("step 1 (CPU sampler): the result does not depend on the number of threads") {
   WB_REQUIRE_GPU();
   if (skip_given_step_for_student()) return;
@@ -1691,6 +2053,25 @@ TEST_CASE("step 1 (CPU sampler): the result does not depend on the number of thr
   Runner one(Step::Cpu, logits, rows, vocab, 1), many(Step::Cpu, logits, rows, vocab, 7);
   const Draws a = one.run(params), b = many.run(params);
   CHECK_MESSAGE(a.tokens == b.tokens, "ch07 sample_cpu: 1 thread and 7 threads drew different tokens");
+}
+
+// Any shape: after every other case, since a fault here would be sticky (see
+// more_rows_than_grid_y).
+TEST_CASE("step 2 (sort, then the CPU): more rows than a grid's y dimension holds (65537 rows)") {
+  WB_REQUIRE_GPU();
+  more_rows_than_grid_y(Step::SortThenCpu);
+}
+TEST_CASE("step 3 (top candidates): more rows than a grid's y dimension holds (65537 rows)") {
+  WB_REQUIRE_GPU();
+  more_rows_than_grid_y(Step::TopCandidates);
+}
+TEST_CASE("step 4 (fused): more rows than a grid's y dimension holds (65537 rows)") {
+  WB_REQUIRE_GPU();
+  more_rows_than_grid_y(Step::Fused);
+}
+TEST_CASE("step 4 (fused): more than 2^31 logits (14144 x 151936, 64-bit offsets)") {
+  WB_REQUIRE_GPU();
+  fused_more_than_2_31_logits();
 }
 
 // Last: every kernel of the three reference steps (the fused sampler's sampling and greedy
