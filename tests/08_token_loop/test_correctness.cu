@@ -291,6 +291,11 @@ struct AttCase {
   // q ~ N(-key_mean, q_scale) and keys ~ N(+key_mean, 1): every score near
   // -sqrt(head_size) * key_mean^2, far below zero (a max that starts at 0 underflows them all).
   float key_mean = 0.0f;
+  // > 0: every score negative and the row spread over hundreds: q's elements in [0.5, 1.5],
+  // the keys' in [-20, -1] (scores a few tens below zero, several rows with real weight), and
+  // the key row *pos / 2 all -neg_span (a score hundreds below the others). exp(s - m) stays
+  // finite only when m is the row's LARGEST score.
+  float neg_span = 0.0f;
 };
 
 ref::AttentionProblem make_attention(const AttCase& c, const std::string& label) {
@@ -302,8 +307,14 @@ ref::AttentionProblem make_attention(const AttCase& c, const std::string& label)
   p.pos = c.pos;
   auto rng = wb::rng_for(label);
   const std::size_t kv = std::size_t(p.kv_dim());
-  p.q = wb::random_normal(std::size_t(c.n_heads) * c.head_size, -c.key_mean, c.q_scale, rng);
-  p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, c.key_mean, 1.0f, rng);
+  if (c.neg_span > 0.0f) {
+    p.q = wb::random_uniform(std::size_t(c.n_heads) * c.head_size, 0.5f, 1.5f, rng);
+    p.key_cache = wb::random_uniform(std::size_t(c.seq_len) * kv, -20.0f, -1.0f, rng);
+    std::fill_n(p.key_cache.begin() + std::size_t(c.pos / 2) * kv, kv, -c.neg_span);
+  } else {
+    p.q = wb::random_normal(std::size_t(c.n_heads) * c.head_size, -c.key_mean, c.q_scale, rng);
+    p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, c.key_mean, 1.0f, rng);
+  }
   p.value_cache = wb::random_normal(std::size_t(c.seq_len) * kv, 0.0f, 1.0f, rng);
   // Rows past pos: what a cache holds there (stale positions, or never written): garbage.
   // Row pos + 1 is NaN throughout, later rows a mix of NaN, +-1e30, +-inf and large values.
@@ -376,19 +387,23 @@ constexpr wb::Tolerance kAttLargeTol{2e-3, 1e-3};
 
 void check_attention(const AttCase& c, bool at_end = false) {
   const bool negative = c.key_mean != 0.0f;
-  const bool large = c.q_scale > 1.0f || negative;
+  const bool spread = c.neg_span > 0.0f;
+  const bool large = c.q_scale > 1.0f || negative || spread;
   const ref::AttentionProblem p =
       make_attention(c, "ch08/attention/" + std::to_string(c.n_heads) + "/" +
                             std::to_string(c.n_kv_heads) + "/" + std::to_string(c.head_size) +
                             "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
                             (c.q_scale > 1.0f ? "/large" : "") + (negative ? "/negative" : "") +
-                            (at_end ? "/at-end" : ""));
+                            (spread ? "/negative-spread" : "") + (at_end ? "/at-end" : ""));
   const std::string what =
       "ch08 attention, " + ref::describe(p) +
       (c.q_scale > 1.0f ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
       (negative ? " (every score far below zero, near -" +
                       std::to_string(int(std::sqrt(float(c.head_size)) * c.key_mean * c.key_mean)) + ")"
                 : "") +
+      (spread ? " (every score negative: a few tens below zero, and key row " + std::to_string(c.pos / 2) +
+                    " all -" + std::to_string(int(c.neg_span)) + ", hundreds below the others)"
+              : "") +
       (at_end ? " (arrays at the end of their allocations)" : "") + ", " + seed_text();
   bool failed = false;
   const std::vector<float> got = run_attention(p, at_end, what, &failed);
@@ -437,7 +452,13 @@ void check_attention(const AttCase& c, bool at_end = false) {
   };
   bool non_finite = false;
   for (std::size_t i = 0; i < got.size(); ++i) non_finite |= !std::isfinite(got[i]);
-  if (non_finite && negative) {
+  if (non_finite && spread) {
+    diagnosis = "The output has NaN/inf where the reference is finite. Every score here is negative, and they "
+                "span hundreds: exp(s - m) overflowed, so m was BELOW the row's largest score (the most "
+                "negative one?). rule: m is the largest s_t, the one nearest zero when all are negative. An "
+                "atomicMax on the scores' int bits (__float_as_int) finds the float max only for scores >= 0: "
+                "negative floats order backwards as ints (the most negative has the largest int). ";
+  } else if (non_finite && negative) {
     diagnosis = "The output has NaN/inf where the reference is finite: every exp underflowed. "
                 "Every score here is below -88, so expf(s) is 0 in float, the sum is 0 and 0 / 0 "
                 "= NaN. rule: subtract the row's max score, the largest s_t itself (start the "
@@ -494,6 +515,38 @@ TEST_CASE("attention with every score far below zero (~-130): the softmax must n
                                                {2, 2, 16, 32, 0, 1.0f, 6.0f},
                                                {8, 1, 128, 64, 50, 1.0f, 3.5f}})
     check_attention(c);
+}
+
+TEST_CASE("attention with every score negative, spread over hundreds: the max is the LARGEST score") {
+  WB_REQUIRE_GPU();
+  // Scores a few tens below zero and one row hundreds below them (AttCase::neg_span). The
+  // "far below zero" cases above have every score within ~40 of the others, where any shift
+  // of the exponent works; here exp(s - m) overflows unless m is the row's largest score.
+  for (const AttCase& c : std::vector<AttCase>{{8, 4, 8, 256, 200, 1.0f, 0.0f, 300.0f},
+                                               {4, 1, 64, 128, 127, 1.0f, 0.0f, 300.0f},
+                                               {2, 2, 16, 40, 2, 1.0f, 0.0f, 300.0f}})
+    check_attention(c);
+}
+
+TEST_CASE("attention with seq_len past 65535 (a grid's y and z limit)") {
+  WB_REQUIRE_GPU();
+  // The header allows any seq_len >= 1 (long-context llamas use 131072). A grid's y and z
+  // dimensions stop at 65535, its x at 2^31 - 1: a launch with the positions on y fails here.
+  // Small heads and caches keep it a few megabytes.
+  for (const AttCase& c : std::vector<AttCase>{{4, 1, 8, 70000, 5}, {2, 1, 4, 65536, 65535}}) {
+    try {
+      check_attention(c);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const wb::CudaError& e) {
+      FAIL_CHECK("ch08 attention, " << c.n_heads << " heads / " << c.n_kv_heads << " KV heads x " << c.head_size
+                                    << ", seq_len " << c.seq_len << ", *pos = " << c.pos << ", " << seed_text()
+                                    << ": rule: any seq_len >= 1 is valid. The call failed (" << first_line(e)
+                                    << ").\nhint: a grid's y and z dimensions are at most 65535 (x: 2^31 - 1): put "
+                                       "the positions on the grid's x, or let each block loop over them (a "
+                                       "grid-stride loop), never one block per position on y.");
+    }
+  }
 }
 
 TEST_CASE("attention with every array ending where its allocation ends") {

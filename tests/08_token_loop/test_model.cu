@@ -17,8 +17,11 @@
 // TOLERANCE of the logits: model_checks.hpp.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_decoder.hpp"
@@ -54,6 +57,24 @@ bool end_leftover_capture(cudaStream_t s) {
   return true;
 }
 
+// Holds a stream: enqueued with cudaLaunchHostFunc, it returns only once the test opens it
+// (or after 3 s, then timed_out): nothing enqueued on the stream after it runs before that.
+struct StreamHold {
+  std::atomic<bool> open{false};
+  std::atomic<bool> timed_out{false};
+  static void CUDART_CB hold(void* self) {
+    auto* h = static_cast<StreamHold*>(self);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!h->open.load()) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        h->timed_out = true;
+        return;
+      }
+      std::this_thread::yield();
+    }
+  }
+};
+
 }  // namespace
 
 // ---- StepGraph's own rules ------------------------------------------------------------------
@@ -85,6 +106,116 @@ TEST_CASE("StepGraph: capture, replay, a second capture replaces the first") {
            "writes 2, the replay wrote "
            << got << " (the first graph's value)\nhint: capture() must record again every time it is "
                      "called (free the old graph and its executable first), not keep the first graph");
+  }
+  WB_CUDA(cudaStreamDestroy(s));
+}
+
+// The decoder's stream is non-blocking (cudaStreamNonBlocking): nothing orders it with the
+// legacy default stream. A replay launched there (cudaGraphLaunch(exec, 0)) would run before the
+// step's inputs are written on `stream`, and the token copy after it would not wait for it.
+// Here the stream is held by a host function of the caller's: a replay on `stream` cannot run
+// until it is released, whatever else the GPU does.
+TEST_CASE("StepGraph: replay enqueues on the given stream (a non-blocking one, held by the caller)") {
+  WB_REQUIRE_GPU();
+  cudaStream_t s;
+  WB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* seen = nullptr;  // pinned, mapped: the host reads what the replayed kernel writes, while it runs
+  WB_CUDA(cudaHostAlloc(&seen, sizeof(int), cudaHostAllocMapped));
+  int* seen_on_device = nullptr;
+  WB_CUDA(cudaHostGetDevicePointer(&seen_on_device, seen, 0));
+  *seen = 0;
+  {
+    ch08::StepGraph g;
+    g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(seen_on_device, 7); }, s);
+    StreamHold hold;
+    WB_CUDA(cudaLaunchHostFunc(s, StreamHold::hold, &hold));
+    std::string replay_error;
+    const auto before_replay = std::chrono::steady_clock::now();
+    try {
+      g.replay(s);
+    } catch (const std::exception& e) {
+      replay_error = e.what();
+    }
+    const bool replay_waited = std::chrono::steady_clock::now() - before_replay > std::chrono::seconds(1);
+    // 200 ms with the stream held: the step must not have run.
+    bool ran_while_held = false;
+    for (const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+         !ran_while_held && !hold.timed_out && std::chrono::steady_clock::now() < until;)
+      ran_while_held = *static_cast<volatile int*>(seen) == 7;
+    hold.open = true;
+    WB_CUDA(cudaStreamSynchronize(s));
+    const int after = *static_cast<volatile int*>(seen);
+    if (!replay_error.empty())
+      FAIL_CHECK("ch08 StepGraph: replay on a created non-blocking stream threw: " << replay_error);
+    else if (hold.timed_out && !replay_waited)
+      wb::testing::record_note("the stream hold gave up (3 s) before the test released it: not checked");
+    else if (hold.timed_out)
+      FAIL_CHECK("ch08 StepGraph: rule: replay returns without waiting. With `stream` held by an earlier host "
+                 "function of the caller's, replay(stream) did not return until that hold gave up (3 s): it "
+                 "waited for the stream\nhint: StepGraph::replay is one cudaGraphLaunch(exec_, stream) and "
+                 "nothing else; the caller decides when to wait");
+    else if (ran_while_held)
+      FAIL_CHECK("ch08 StepGraph: rule: replay enqueues on `stream`. On a non-blocking stream held by an "
+                 "earlier host function of the caller's, the replayed step ran anyway, before that work had "
+                 "finished: the graph was launched on another stream (the legacy default stream 0?), with no "
+                 "order against the caller's work on `stream`. The decoder's stream is non-blocking too: its "
+                 "step would read a stale token and its logits would be copied back before they are written"
+                 "\nhint: cudaGraphLaunch(exec_, stream), the stream replay() is given");
+    else if (after != 7)
+      FAIL_CHECK("ch08 StepGraph: the replay of a captured kernel that writes 7, on a created non-blocking "
+                 "stream, left " << after << " once the stream was synchronized\nhint: replay is "
+                 "cudaGraphLaunch(exec_, stream)");
+  }
+  WB_CUDA(cudaStreamDestroy(s));
+  WB_CUDA(cudaFreeHost(seen));
+}
+
+// A second capture of the same shape can update the executable graph in place
+// (cudaGraphExecUpdate); one of another shape (here: two kernels, then one) cannot, and the
+// refused update's error is then the thread's last error (cudaGetLastError) until someone
+// clears it: the caller's next launch check would report it for a launch that was fine.
+TEST_CASE("StepGraph: a second capture of another shape replaces the first and leaves no CUDA error behind") {
+  WB_REQUIRE_GPU();
+  cudaStream_t s;
+  WB_CUDA(cudaStreamCreate(&s));
+  wb::DeviceBuffer<int> value(1);
+  {
+    ch08::StepGraph g;
+    g.capture([&](cudaStream_t st) { write_value<<<1, 1, 0, st>>>(value.data(), 1); }, s);
+    const struct {
+      const char* shape;
+      int nodes, last;
+    } steps[] = {{"two kernels (after one)", 2, 5}, {"one kernel (after two)", 1, 8}};
+    for (const auto& step : steps) {
+      (void)cudaGetLastError();  // whatever came before is not this capture's
+      g.capture(
+          [&](cudaStream_t st) {
+            for (int i = 0; i < step.nodes; ++i) write_value<<<1, 1, 0, st>>>(value.data(), step.last - step.nodes + 1 + i);
+          },
+          s);
+      const cudaError_t left = cudaGetLastError();
+      if (left != cudaSuccess) {
+        FAIL_CHECK("ch08 StepGraph: rule: capture() leaves no CUDA error behind. After a second capture of another "
+                   "shape (" << step.shape << "), the thread's last error is \"" << cudaGetErrorString(left)
+                   << "\" although capture() returned normally: the caller's next launch check "
+                      "(cudaGetLastError after its next kernel) would report it for a launch that was fine"
+                      "\nhint: a cudaGraphExecUpdate that is refused (the topology changed) records its error as "
+                      "the last error; when you handle it (destroy and instantiate anew), clear it with "
+                      "(void)cudaGetLastError(). Or destroy the old graphs and instantiate every capture");
+        break;
+      }
+      WB_CUDA(cudaMemsetAsync(value.data(), 0, sizeof(int), s));
+      g.replay(s);
+      WB_CUDA(cudaStreamSynchronize(s));
+      const int got = value.download()[0];
+      if (got != step.last) {
+        FAIL_CHECK("ch08 StepGraph: rule: a second capture replaces the first. After capturing " << step.shape
+                   << " whose last writes " << step.last << ", the replay left " << got
+                   << "\nhint: when the executable graph cannot be updated in place, destroy it and instantiate "
+                      "the new graph");
+        break;
+      }
+    }
   }
   WB_CUDA(cudaStreamDestroy(s));
 }
