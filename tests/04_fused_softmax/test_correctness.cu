@@ -19,6 +19,7 @@
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/owned_stream.hpp"
 #include "../lib/enqueue_only.hpp"
+#include "../lib/hashed_fill.cuh"
 #include "reference.hpp"
 #include "softmax.cuh"
 #include "wb/buffer.hpp"
@@ -528,19 +529,6 @@ TEST_CASE("softmax with x at the very end of its allocation (a read past the end
       check_input_at_end(impl, s);
 }
 
-// Logits generated on the GPU (the matrix is 9 GB): uniform in [-8, 8) from a hash of
-// (seed, index).
-__global__ void fill_logits(float* x, std::size_t count, unsigned long long seed) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    unsigned long long h = seed + i * 0x9E3779B97F4A7C15ull;
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    x[i] = static_cast<float>(h >> 40) * (16.0f / 16777216.0f) - 8.0f;
-  }
-}
-
 // How many of y's elements still hold the poison (all bits set), and the first of them.
 __global__ void count_unwritten(const float* y, std::size_t count, unsigned long long* how_many,
                                 unsigned long long* first) {
@@ -552,8 +540,8 @@ __global__ void count_unwritten(const float* y, std::size_t count, unsigned long
     }
 }
 
-// One row of 2^26 columns (256 MiB of logits from fill_logits, in [-8, 8)): 65536 tiles of 1024
-// columns, one more than a grid's y dimension holds (65535). A kernel that gives each tile of
+// One row of 2^26 columns (256 MiB of logits from fill_hashed_uniform, in [-8, 8)): 65536
+// tiles of 1024 columns, one more than a grid's y dimension holds (65535). A kernel that gives each tile of
 // a row its own blockIdx.y, with no loop, fails to launch here or leaves the last tiles
 // unwritten or undivided. Every column is checked against the row's max and sum in double, to
 // 1%: a float sum of 2^26 terms drifts by up to about 2e-3 in a sane order (32 lanes that add
@@ -576,8 +564,8 @@ void check_long_row(Impl impl) {
   try {
     wb::DeviceBuffer<float> x_buf(count);
     wb::GuardedBuffer<float> y_buf(count), row_max(s.rows), row_sum(s.rows);
-    fill_logits<<<4096, 256>>>(x_buf.data(), count, wb::base_seed());
-    WB_CHECK_LAUNCH("fill_logits");
+    wb::testing::fill_hashed_uniform<<<4096, 256>>>(x_buf.data(), count, wb::base_seed(), -8.0f, 8.0f);
+    WB_CHECK_LAUNCH("fill_hashed_uniform");
     if (impl == Impl::Fused)
       ch04::softmax_fused(x_buf.data(), y_buf.data(), s.rows, s.cols, nullptr);
     else
@@ -639,8 +627,8 @@ void check_big_matrix(Shape s, int boundary_row, const std::string& what, const 
     try {
       wb::DeviceBuffer<float> x(count);
       wb::GuardedBuffer<float> y(count), row_max(s.rows), row_sum(s.rows);
-      fill_logits<<<4096, 256>>>(x.data(), count, wb::base_seed());
-      WB_CHECK_LAUNCH("fill_logits");
+      wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data(), count, wb::base_seed(), -8.0f, 8.0f);
+      WB_CHECK_LAUNCH("fill_hashed_uniform");
       if (impl == Impl::Fused)
         ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, nullptr);
       else

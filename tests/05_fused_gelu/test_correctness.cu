@@ -22,6 +22,7 @@
 
 #include "../lib/captured_graph.hpp"
 #include "../lib/enqueue_only.hpp"
+#include "../lib/hashed_fill.cuh"
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/owned_stream.hpp"
 #include "gelu.cuh"
@@ -683,18 +684,6 @@ TEST_CASE("fused and unfused GELU beside another kernel writing the floats just 
     for (const std::size_t n : {std::size_t(5), std::size_t(4098), std::size_t(4099)}) check_beside_neighbour(impl, n);
 }
 
-// Inputs generated on the GPU (up to 8 GiB): uniform in [-6, 6) from a hash of (seed, index).
-__global__ void fill_inputs(float* x, std::size_t n, unsigned long long seed) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    unsigned long long h = seed + i * 0x9E3779B97F4A7C15ull;
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    x[i] = static_cast<float>(h >> 40) * (12.0f / 16777216.0f) - 6.0f;
-  }
-}
-
 // How many of y's elements still hold the poison (all bits set), and the first of them.
 __global__ void count_unwritten(const float* y, std::size_t n, unsigned long long* how_many,
                                 unsigned long long* first) {
@@ -728,8 +717,8 @@ void check_large(Impl impl, std::size_t n, std::size_t x_offset, std::size_t y_o
     wb::DeviceBuffer<float> x(n + x_offset);
     wb::GuardedBuffer<float> y(n + y_offset);
     wb::GuardedBuffer<float> scratch(impl == Impl::Unfused ? ch05::gelu_unfused_scratch_count(n) : 0);
-    fill_inputs<<<4096, 256>>>(x.data() + x_offset, n, wb::base_seed());
-    WB_CHECK_LAUNCH("fill_inputs");
+    wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data() + x_offset, n, wb::base_seed(), -6.0f, 6.0f);
+    WB_CHECK_LAUNCH("fill_hashed_uniform");
     if (impl == Impl::Fused)
       ch05::gelu_fused(x.data() + x_offset, y.data() + y_offset, n, nullptr);
     else

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "../lib/hashed_fill.cuh"
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/owned_stream.hpp"
 #include "reference.hpp"
@@ -1841,18 +1842,6 @@ void more_rows_than_grid_y(Step step) {
   check_integrity(runner, step, "more rows than a grid's y dimension holds");
 }
 
-// Logits generated on the GPU (8.6 GB): uniform in [-8, 8) from a hash of (seed, index).
-__global__ void fill_uniform_logits(float* x, std::size_t count, unsigned long long seed) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    unsigned long long h = seed + i * 0x9E3779B97F4A7C15ull;
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    x[i] = static_cast<float>(h >> 40) * (16.0f / 16777216.0f) - 8.0f;
-  }
-}
-
 // 14144 x 151936 = 2148982784 logits (8.6 GB): row * vocab passes 2^31 from row 14135 on. Each
 // row's logits are uniform in [-8, 8) but one, planted at 18: the argmax, and with top_k 50 +
 // top_p 0.9 the only token kept (e^18 is 99.8% of the top 50's mass), so every row's token
@@ -1890,8 +1879,9 @@ void fused_more_than_2_31_logits() {
     wb::GuardedBuffer<float> confidence(rows);
     wb::DeviceBuffer<unsigned char> workspace(workspace_bytes);
     wb::testing::OwnedStream stream;
-    fill_uniform_logits<<<4096, 256, 0, stream.s>>>(logits.data(), count, wb::base_seed());
-    WB_CHECK_LAUNCH("fill_uniform_logits");
+    wb::testing::fill_hashed_uniform<<<4096, 256, 0, stream.s>>>(logits.data(), count, wb::base_seed(), -8.0f,
+                                                                 8.0f);
+    WB_CHECK_LAUNCH("fill_hashed_uniform");
     plant_one_per_row<<<(rows + 255) / 256, 256, 0, stream.s>>>(logits.data(), rows, vocab, salt, planted);
     WB_CHECK_LAUNCH("plant_one_per_row");
     // The confidence of some rows (the first and last, both sides of the boundary, some in

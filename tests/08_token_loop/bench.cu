@@ -93,38 +93,34 @@ void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grid
   dec.set_persistent_plan(chosen);
 }
 
-// The Grid plan's tokens/s with other latency knobs (PersistentTuning), one knob at a time
-// around the reference's defaults, printed only: how far ahead the weights are asked of L2,
-// and how long a block sleeps between two polls of a value not yet written.
+// The Grid plan's tokens/s with each value of one latency knob (a PersistentTuning member),
+// the other at the reference's default; printed only.
+template <typename T>
+void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<T>& values,
+                T ch08::PersistentTuning::*knob, int steps) {
+  if (values.empty()) return;
+  std::printf("  persistent step (grid plan) by %s:", what);
+  for (const T value : values) {
+    ch08::PersistentTuning tuning;
+    tuning.*knob = value;
+    dec.set_persistent_tuning(tuning);
+    std::printf(" %s: %.1f", std::to_string(value).c_str(), dec.measure_tokens_per_s(steps));
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
+// How far ahead the weights are asked of L2, and how long a block sleeps between two polls
+// of a value not yet written (--persistent-prefetch-ahead, --persistent-poll-ns).
 void sweep_persistent_tuning(ch08::GpuDecoder& dec, const Sweeps& sweeps, int steps) {
   if ((sweeps.prefetch_ahead.empty() && sweeps.poll_ns.empty()) || !dec.persistent_step()) return;
   dec.set_mode(ch08::StepMode::Persistent);
   const ch08::PersistentPlan chosen = dec.persistent_step()->plan();
   dec.set_persistent_plan(ch08::PersistentPlan::Grid);
-  const ch08::PersistentTuning defaults;
-  if (!sweeps.prefetch_ahead.empty()) {
-    std::printf("  persistent step (grid plan) by L2 prefetch distance (stages: tok/s):");
-    for (int ahead : sweeps.prefetch_ahead) {
-      ch08::PersistentTuning t = defaults;
-      t.prefetch_ahead = ahead;
-      dec.set_persistent_tuning(t);
-      std::printf(" %d: %.1f", ahead, dec.measure_tokens_per_s(steps));
-      std::fflush(stdout);
-    }
-    std::printf("\n");
-  }
-  if (!sweeps.poll_ns.empty()) {
-    std::printf("  persistent step (grid plan) by sleep between polls (ns: tok/s):");
-    for (unsigned ns : sweeps.poll_ns) {
-      ch08::PersistentTuning t = defaults;
-      t.poll_sleep_ns = ns;
-      dec.set_persistent_tuning(t);
-      std::printf(" %u: %.1f", ns, dec.measure_tokens_per_s(steps));
-      std::fflush(stdout);
-    }
-    std::printf("\n");
-  }
-  dec.set_persistent_tuning(defaults);
+  sweep_knob(dec, "L2 prefetch distance (stages: tok/s)", sweeps.prefetch_ahead,
+             &ch08::PersistentTuning::prefetch_ahead, steps);
+  sweep_knob(dec, "sleep between polls (ns: tok/s)", sweeps.poll_ns, &ch08::PersistentTuning::poll_sleep_ns, steps);
+  dec.set_persistent_tuning(ch08::PersistentTuning{});
   dec.set_persistent_plan(chosen);
 }
 
