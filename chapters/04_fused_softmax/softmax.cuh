@@ -11,7 +11,9 @@
 //   - any shape: 1 column, 1 row, column counts that are not a multiple of 4 or of the block
 //     size, rows of 151936 columns (an LLM vocabulary); x and y may be any float pointers
 //     (a view that starts mid-row is not 16-byte aligned);
-//   - logits as large as +-1e4 must not overflow: subtract the row max before exp;
+//   - no finite logit may overflow, from +-1e4 up to +-FLT_MAX: subtract the row max before
+//     exp, and scale only the difference ((x - max) * log2(e), never max * log2(e), which is
+//     +inf above 2.36e38);
 //   - an entry of -inf (a masked logit) gets probability exactly 0;
 //   - a row whose entries are all -inf has no distribution to return: every output of that
 //     row is NaN. This is what torch.softmax and jax.nn.softmax return, and it is what the

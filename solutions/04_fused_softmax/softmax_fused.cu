@@ -131,13 +131,15 @@ __global__ void __launch_bounds__(kStreamThreads)
   const float* row_in = x + offset;
   float* row_out = y + offset;
 
+  // Column counters are unsigned: they end up to a chunk past cols, beyond the largest int
+  // when a row is nearly 2^31 long, and stay below 2^32 (an int would overflow there).
   float m = -INFINITY, s = 0.0f;
-  for (int base = 0; base < cols; base += kChunk * kStreamThreads) {
+  for (unsigned base = 0; base < unsigned(cols); base += kChunk * kStreamThreads) {
     float v[kChunk];
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) {
-      const int c = base + k * kStreamThreads + threadIdx.x;
-      v[k] = c < cols ? row_in[c] : -INFINITY;
+      const unsigned c = base + k * kStreamThreads + threadIdx.x;
+      v[k] = c < unsigned(cols) ? row_in[c] : -INFINITY;
     }
     float new_max = m;
 #pragma unroll
@@ -156,7 +158,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   const float inv_sum = 1.0f / row_sum;
 
 #pragma unroll 4
-  for (int c = threadIdx.x; c < cols; c += kStreamThreads)
+  for (unsigned c = threadIdx.x; c < unsigned(cols); c += kStreamThreads)
     row_out[c] = __expf(row_in[c] - row_max) * inv_sum;
 }
 

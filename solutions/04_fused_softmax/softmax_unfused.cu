@@ -59,8 +59,10 @@ __global__ void row_max_kernel(const float* __restrict__ x, float* __restrict__ 
                                int cols) {
   const float* row = x + static_cast<size_t>(blockIdx.x) * cols;
   float m = -INFINITY;
+  // Column counters here are unsigned: c + kThreads passes the largest int when a row is
+  // nearly 2^31 long (an int would overflow), and stays below 2^32.
 #pragma unroll 4
-  for (int c = threadIdx.x; c < cols; c += kThreads) m = fmaxf(m, row[c]);
+  for (unsigned c = threadIdx.x; c < unsigned(cols); c += kThreads) m = fmaxf(m, row[c]);
   m = block_max(m);
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
@@ -72,7 +74,7 @@ __global__ void exp_sum_kernel(const float* __restrict__ x, const float* __restr
   const float m = row_max[blockIdx.x];
   float s = 0.0f;
 #pragma unroll 4
-  for (int c = threadIdx.x; c < cols; c += kThreads) {
+  for (unsigned c = threadIdx.x; c < unsigned(cols); c += kThreads) {
     const float e = __expf(x[offset + c] - m);  // x - max <= 0: no overflow
     y[offset + c] = e;
     s += e;
@@ -89,10 +91,11 @@ __global__ void normalize_kernel(float* __restrict__ y, const float* __restrict_
                                  int cols) {
   const size_t offset = static_cast<size_t>(blockIdx.x) * cols;
   const float inv_sum = 1.0f / row_sum[blockIdx.x];
-  for (int tile_start = blockIdx.y * kTile; tile_start < cols; tile_start += gridDim.y * kTile) {
-    const int end = min(cols, tile_start + kTile);
+  for (unsigned tile_start = blockIdx.y * kTile; tile_start < unsigned(cols);
+       tile_start += gridDim.y * kTile) {
+    const unsigned end = min(unsigned(cols), tile_start + kTile);  // unsigned, as above
 #pragma unroll
-    for (int c = tile_start + threadIdx.x; c < end; c += kThreads) y[offset + c] *= inv_sum;
+    for (unsigned c = tile_start + threadIdx.x; c < end; c += kThreads) y[offset + c] *= inv_sum;
   }
 }
 
@@ -110,7 +113,7 @@ void softmax_unfused(const float* x, float* y, float* row_max, float* row_sum, i
   WB_CHECK_LAUNCH("row_max_kernel");
   exp_sum_kernel<<<rows, kThreads, 0, stream>>>(x, row_max, y, row_sum, cols);
   WB_CHECK_LAUNCH("exp_sum_kernel");
-  const dim3 grid(rows, std::min((cols + kTile - 1) / kTile, 65535));
+  const dim3 grid(rows, std::min((cols - 1) / kTile + 1, 65535));  // cols + kTile - 1 may overflow
   normalize_kernel<<<grid, kThreads, 0, stream>>>(y, row_sum, cols);
   WB_CHECK_LAUNCH("normalize_kernel");
 }

@@ -37,7 +37,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -459,20 +458,22 @@ __global__ void __launch_bounds__(kStreamThreads)
   const float* x_row = x + static_cast<size_t>(blockIdx.x) * cols;
   float* y_row = y + static_cast<size_t>(blockIdx.x) * cols;
 
+  // Column counters are unsigned: they step up to kUnroll * kStride past cols, beyond the
+  // largest int when a row is nearly 2^31 long, and stay below 2^32.
   MaxSum t = {-INFINITY, 0.0f};
-  for (int base = threadIdx.x * W; base < cols; base += kUnroll * kStride) {
+  for (unsigned base = threadIdx.x * W; base < unsigned(cols); base += kUnroll * kStride) {
     Pack<W> p[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)  // all loads first: kUnroll of them in flight at once
-      p[u] = base + u * kStride < cols ? load_pack<W>(x_row + base + u * kStride)
-                                       : neg_inf_pack<W>();
+      p[u] = base + u * kStride < unsigned(cols) ? load_pack<W>(x_row + base + u * kStride)
+                                                 : neg_inf_pack<W>();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) t = combine(t, pack_stats<W>(p[u]));
   }
   const MaxSum row_stats = block_combine<kStreamThreads>(t);
 
   const float inv_sum = 1.0f / row_stats.sum;
-  for (int i = threadIdx.x * W; i < cols; i += kStride) {
+  for (unsigned i = threadIdx.x * W; i < unsigned(cols); i += kStride) {
     Pack<W> p = load_pack<W>(x_row + i);
 #pragma unroll
     for (int j = 0; j < W; ++j) p.v[j] = __expf(p.v[j] - row_stats.max) * inv_sum;
@@ -483,7 +484,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 // ------------------------------------------------------------------------------------------
 // Host side: pick the kernel and its launch shape.
 
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
+int ceil_div(int a, int b) { return a / b + (a % b != 0); }  // a + b - 1 overflows near 2^31
 
 int next_pow2(int v) {
   int p = 1;
@@ -760,8 +761,6 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 void softmax_fused(const float* x, float* y, int rows, int cols, cudaStream_t stream) {
   check_softmax_args("softmax_fused", x, y, rows, cols);
   if (rows == 0) return;
-  if (cols > INT_MAX - 4)
-    throw std::invalid_argument("ch04 softmax_fused: cols must be < INT_MAX - 4");
   // 16-byte accesses need every row to start on a 16-byte boundary.
   if (aligned16(x) && aligned16(y) && cols % 4 == 0)
     launch_fused<4>(x, y, rows, cols, stream);

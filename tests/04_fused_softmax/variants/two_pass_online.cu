@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kThreads)
   const float* x_row = x + static_cast<size_t>(blockIdx.x) * cols;
   float* y_row = y + static_cast<size_t>(blockIdx.x) * cols;
   MaxSum t = {-INFINITY, 0.0f};
-  for (int c = threadIdx.x * W; c < cols; c += kThreads * W) {
+  // unsigned: c + kThreads * W passes the largest int for rows near 2^31 columns (< 2^32).
+  for (unsigned c = threadIdx.x * W; c < unsigned(cols); c += kThreads * W) {
     float v[W];
     if constexpr (W == 4) {
       const float4 p = *reinterpret_cast<const float4*>(x_row + c);
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const MaxSum row = block_combine(t);
   const float inv = 1.0f / row.sum;
-  for (int c = threadIdx.x * W; c < cols; c += kThreads * W) {
+  for (unsigned c = threadIdx.x * W; c < unsigned(cols); c += kThreads * W) {
     if constexpr (W == 4) {
       const float4 p = *reinterpret_cast<const float4*>(x_row + c);
       *reinterpret_cast<float4*>(y_row + c) =

@@ -44,9 +44,9 @@ __device__ float block_reduce(float v, bool is_max) {
 
 __global__ void tile_max_kernel(const float* __restrict__ x, unsigned* __restrict__ row_max, int cols) {
   const size_t offset = static_cast<size_t>(blockIdx.x) * cols;
-  for (int tile = blockIdx.y * kTile; tile < cols; tile += gridDim.y * kTile) {
+  for (unsigned tile = blockIdx.y * kTile; tile < unsigned(cols); tile += gridDim.y * kTile) {
     float m = -INFINITY;
-    for (int c = tile + threadIdx.x; c < min(cols, tile + kTile); c += kThreads) m = fmaxf(m, x[offset + c]);
+    for (unsigned c = tile + threadIdx.x; c < min(unsigned(cols), tile + kTile); c += kThreads) m = fmaxf(m, x[offset + c]);
     m = block_reduce(m, true);
     if (threadIdx.x == 0) atomicMax(row_max + blockIdx.x, encode(m));
     __syncthreads();  // per_warp is reused by the next tile
@@ -57,9 +57,9 @@ __global__ void tile_exp_sum_kernel(const float* __restrict__ x, const unsigned*
                                     float* __restrict__ y, float* __restrict__ row_sum, int cols) {
   const size_t offset = static_cast<size_t>(blockIdx.x) * cols;
   const float m = decode(row_max[blockIdx.x]);
-  for (int tile = blockIdx.y * kTile; tile < cols; tile += gridDim.y * kTile) {
+  for (unsigned tile = blockIdx.y * kTile; tile < unsigned(cols); tile += gridDim.y * kTile) {
     float s = 0.0f;
-    for (int c = tile + threadIdx.x; c < min(cols, tile + kTile); c += kThreads) {
+    for (unsigned c = tile + threadIdx.x; c < min(unsigned(cols), tile + kTile); c += kThreads) {
       const float e = __expf(x[offset + c] - m);
       y[offset + c] = e;
       s += e;
@@ -73,8 +73,8 @@ __global__ void tile_exp_sum_kernel(const float* __restrict__ x, const unsigned*
 __global__ void tile_normalize_kernel(float* __restrict__ y, const float* __restrict__ row_sum, int cols) {
   const size_t offset = static_cast<size_t>(blockIdx.x) * cols;
   const float inv = 1.0f / row_sum[blockIdx.x];
-  for (int tile = blockIdx.y * kTile; tile < cols; tile += gridDim.y * kTile)
-    for (int c = tile + threadIdx.x; c < min(cols, tile + kTile); c += kThreads) y[offset + c] *= inv;
+  for (unsigned tile = blockIdx.y * kTile; tile < unsigned(cols); tile += gridDim.y * kTile)
+    for (unsigned c = tile + threadIdx.x; c < min(unsigned(cols), tile + kTile); c += kThreads) y[offset + c] *= inv;
 }
 
 }  // namespace
@@ -90,7 +90,9 @@ void softmax_unfused(const float* x, float* y, float* row_max, float* row_sum, i
   WB_CUDA(cudaMemsetAsync(row_max, 0, rows * sizeof(float), stream));
   WB_CUDA(cudaMemsetAsync(row_sum, 0, rows * sizeof(float), stream));
   auto* encoded_max = reinterpret_cast<unsigned*>(row_max);
-  const dim3 grid(rows, std::min((cols + kTile - 1) / kTile, 65535));
+  // Counters in the kernels are unsigned and the tile count avoids cols + kTile - 1: near
+  // 2^31 columns both would pass the largest int.
+  const dim3 grid(rows, std::min((cols - 1) / kTile + 1, 65535));
   tile_max_kernel<<<grid, kThreads, 0, stream>>>(x, encoded_max, cols);
   WB_CHECK_LAUNCH("tile_max_kernel");
   tile_exp_sum_kernel<<<grid, kThreads, 0, stream>>>(x, encoded_max, y, row_sum, cols);

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   // rounding grows past the tests' 2e-5, so the sum is compensated (Kahan): c carries what
   // each addition lost.
   float m = -INFINITY, s = 0.0f, c = 0.0f;
-  for (int col = lane; col < cols; col += 32) {
+  for (unsigned col = lane; col < unsigned(cols); col += 32) {  // unsigned: no overflow near 2^31
     const float v = x_row[col];
     if (v > m) {
       const float scale = m == -INFINITY ? 0.0f : __expf(m - v);
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   const float row_max = warp_max(m);
   const float scaled = m == -INFINITY ? 0.0f : s * __expf(m - row_max);
   const float inv = 1.0f / warp_sum(scaled);  // an all -inf row: 1 / 0, and exp(NaN) below
-  for (int c = lane; c < cols; c += 32) y_row[c] = __expf(x_row[c] - row_max) * inv;
+  for (unsigned c = lane; c < unsigned(cols); c += 32) y_row[c] = __expf(x_row[c] - row_max) * inv;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
