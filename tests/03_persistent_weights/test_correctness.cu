@@ -373,6 +373,47 @@ TEST_CASE("release, then load again: the object starts over (release resets ever
   if (!r.ok) FAIL("rule: release() resets the object; a load() after it starts over: " << r.message);
 }
 
+// Two models, each with its own PersistentMatvec (a draft model and a target model, say): the
+// header gives each object its own activation buffers (d_x_, d_y_ and their capacities), so
+// one object's calls, release or destruction leave the other's alone. Shared buffers (a static
+// pair for the whole program) give the right values one call at a time, but the other
+// object's destructor frees them: counted with CUPTI, the next call allocates again.
+TEST_CASE("two PersistentMatvec objects: each owns its buffers (destroying one leaves the other's)") {
+  WB_REQUIRE_GPU();
+  if (!api_counting_or_skip()) return;
+  const int n = 768, d = 512;
+  std::vector<float> weights_a(std::size_t(n) * d), weights_b(std::size_t(n) * d);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  matvec_edges::refill(weights_a, "ch03/two-objects/weights-a");
+  matvec_edges::refill(weights_b, "ch03/two-objects/weights-b");
+  const std::string hint =
+      "each PersistentMatvec owns its weights AND its activation buffers (the members d_x_, d_y_, "
+      "x_capacity_, y_capacity_ of the header), never a static or global pair shared by all objects.";
+  ch03::PersistentMatvec a;
+  a.load(weights_a.data(), weights_a.size());
+  matvec_edges::refill(x, "ch03/two-objects/x0");
+  WB_CHECK_RESULT(check_matvec_at(a, weights_a, 0, n, d, x, "object A's first matvec", hint));
+  {
+    ch03::PersistentMatvec b;
+    b.load(weights_b.data(), weights_b.size());
+    for (int call = 1; call <= 2; ++call) {  // alternately: B, then A, then B, then A
+      matvec_edges::refill(x, "ch03/two-objects/x" + std::to_string(call));
+      WB_CHECK_RESULT(check_matvec_at(b, weights_b, 0, n, d, x, "object B's matvec, between A's", hint));
+      WB_CHECK_RESULT(check_matvec_at(a, weights_a, 0, n, d, x, "object A's matvec, between B's", hint));
+    }
+  }  // B's destructor: B's buffers go, A's stay
+  matvec_edges::refill(x, "ch03/two-objects/x3");
+  wb::ApiCounter counter;
+  WB_CHECK_RESULT(check_matvec_at(a, weights_a, 0, n, d, x, "object A's matvec after object B was destroyed", hint));
+  const wb::ApiCounts c = counter.counts();
+  CHECK_MESSAGE((c.mallocs == 0 && c.frees == 0),
+                "chapter 03: rule: each PersistentMatvec owns its buffers, and no cudaMalloc/cudaFree per call "
+                "after warmup. Object A made its matvecs (its buffers have their size), object B was used "
+                "and destroyed; A's next matvec of the same size made "
+                    << c.mallocs << " cudaMalloc and " << c.frees << " cudaFree calls (" << c.summary()
+                    << "): B's release() freed buffers A was using.\nhint: " << hint);
+}
+
 TEST_CASE("end to end: stories260K generates llama2.c's text through PersistentMatvec") {
   WB_REQUIRE_GPU();
   std::string why;
@@ -395,8 +436,8 @@ TEST_CASE("end to end: the synthetic model's logits through PersistentMatvec mat
   WB_CHECK_RESULT(wb::model::compare_logits_with_cpu(backend, model, 4, "03"));
 }
 
-// Last in this file: a wrong offset here reads before the device copy, an illegal address that
-// ends every later test of the process.
+// The last three cases in this file can end in an illegal address (here a wrong offset reads
+// before the device copy), a sticky error that ends every later test of the process.
 TEST_CASE("PersistentMatvec: weights of more than 2^31 floats (offsets into them in 64 bits)") {
   WB_REQUIRE_GPU();
   // A model of more than 2^31 floats (8.6 GB here; a 7B-parameter model in fp32 is 27 GB): the
@@ -465,5 +506,117 @@ TEST_CASE("PersistentMatvec: weights of more than 2^31 floats (offsets into them
         out, expected,
         {.chapter = "03", .what = what, .shape = {std::size_t(d)}, .tol = wb::model::matvec_tolerance(n), .hint = hint});
     if (!r.ok) FAIL(rule << ": " << r.message);
+  }
+}
+
+// load() can fail: a model bigger than the GPU's free memory is an ordinary error (the caller
+// catches it and tries a smaller model, or the CPU). The object must stay consistent: the
+// weights it failed to load are not loaded, so a W inside them is refused (std::invalid_argument)
+// rather than read from a device copy that was never made; a later load() works as usual. Here
+// the failing load asks for 1 GiB more than the GPU has in all (a mapping of zero pages that
+// costs no host memory: the allocation fails before anything reads it).
+TEST_CASE("a load() that fails (more weights than the GPU holds) loads nothing: a W inside them is refused") {
+  WB_REQUIRE_GPU();
+  const int n = 48, d = 64;
+  const std::vector<float> weights = matvec_edges::signed_values(std::size_t(n) * d, "ch03/failed-load/weights");
+  const std::vector<float> x = matvec_edges::signed_values(std::size_t(n), "ch03/failed-load/x");
+  const std::string hint_ok = "a load() that throws leaves no weights loaded (or the earlier ones).";
+  ch03::PersistentMatvec p;
+  p.load(weights.data(), weights.size());
+  WB_CHECK_RESULT(check_matvec_at(p, weights, 0, n, d, x, "PersistentMatvec::matvec before the failed load()", hint_ok));
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t bytes = total_bytes + (std::size_t(1) << 30);
+  const std::size_t count = bytes / sizeof(float);
+  void* const map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) {
+    wb::testing::mark_skipped("skipped: cannot map " + std::to_string(bytes) + " B of address space for the weights");
+    return;
+  }
+  struct Unmap {
+    void* p;
+    std::size_t n;
+    ~Unmap() { munmap(p, n); }
+  } unmap{map, bytes};
+  const float* const huge = static_cast<const float*>(map);
+  bool threw = false;
+  try {
+    p.load(huge, count);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception&) {
+    threw = true;  // expected: the GPU does not hold this many weights
+  }
+  (void)cudaGetLastError();  // the failed allocation's error is the caller's, now handled
+  if (!threw) {
+    wb::testing::mark_skipped("skipped: a load() of " + std::to_string(bytes >> 20) + " MiB, more than the GPU's " +
+                              std::to_string(total_bytes >> 20) + " MiB, did not fail here (managed memory?)");
+    return;
+  }
+  std::vector<float> out(std::size_t(d), std::numeric_limits<float>::quiet_NaN());
+  const std::string rule =
+      "chapter 03: rule: a load() that fails loads nothing. load() of " + std::to_string(count) +
+      " floats (more than the GPU's " + std::to_string(total_bytes >> 20) +
+      " MiB) threw, as it must; then matvec with a 64x48 W at the start of those weights ";
+  const std::string hint =
+      "\nhint: in load(), free the old copy and clear host_weights_, weight_count_ and d_weights_ BEFORE "
+      "cudaMalloc and cudaMemcpy (either can throw), and record the new host_weights_ and count only after "
+      "both succeeded; a state set first claims weights that are not on the device (and d_weights_ left "
+      "pointing at freed memory is freed again by release()).";
+  bool refused = false;
+  try {
+    p.matvec(out.data(), x.data(), huge, n, d);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    refused = true;  // right: not inside the loaded weights
+  } catch (const std::exception& e) {
+    FAIL(rule << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument (they are not the "
+                 "loaded weights): the kernel read a device copy that does not exist." << hint);
+  }
+  if (!refused)
+    FAIL(rule << "was accepted: it must throw std::invalid_argument (they are not the loaded weights), and "
+                 "the kernel read a device copy that does not exist." << hint);
+  // And the object still works: load the small weights again.
+  p.load(weights.data(), weights.size());
+  WB_CHECK_RESULT(check_matvec_at(p, weights, 0, n, d, x, "PersistentMatvec::matvec after a failed load() and a new one",
+                                  hint_ok));
+}
+
+// The bounds check counts W's n*d floats in 64 bits: n and d are ints, and their int product
+// wraps (negative past 2^31, 0 at 2^32) before any widening, so a W far bigger than the loaded
+// weights would pass a check of the wrapped count and the kernel would read gigabytes past the
+// device copy.
+TEST_CASE("matvec of a W with n*d past 2^31 floats, beyond the loaded weights, is an error (n*d in 64 bits)") {
+  WB_REQUIRE_GPU();
+  const std::vector<float> weights = wb::random_uniform(1000, -1.0f, 1.0f, "ch03/n*d/weights");
+  const int n = 65536;
+  const std::vector<float> x = wb::random_uniform(std::size_t(n), -1.0f, 1.0f, "ch03/n*d/x");
+  std::vector<float> out(65536);
+  ch03::PersistentMatvec p;
+  p.load(weights.data(), weights.size());
+  p.matvec(out.data(), x.data(), weights.data() + 900, 10, 10);  // a valid call first (a starter: "to do")
+  for (const int d : {32769, 65536}) {  // n*d = 2^31 + 2^16 (a negative int), 2^32 (an int 0)
+    CAPTURE(d);
+    const std::string what = "chapter 03: rule: every float of W lies inside the loaded weights, n*d counted in "
+                             "64 bits. A " + std::to_string(d) + "x" + std::to_string(n) + " W (n*d = " +
+                             std::to_string(std::size_t(n) * std::size_t(d)) +
+                             " floats) at the start of 1000 loaded floats ";
+    const std::string hint =
+        "\nhint: pass std::size_t(n) * std::size_t(d) to offset_inside: n * d is an int product, which wraps "
+        "before it is widened (static_cast<std::size_t>(n * d) is too late).";
+    bool refused = false;
+    try {
+      p.matvec(out.data(), x.data(), weights.data(), n, d);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::invalid_argument&) {
+      refused = true;  // right
+    } catch (const std::exception& e) {
+      FAIL(what << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument: the bounds check "
+                   "passed, and the kernel read far past the device copy." << hint);
+    }
+    if (!refused)
+      FAIL(what << "did not throw std::invalid_argument (the kernel read far past the device copy)." << hint);
   }
 }

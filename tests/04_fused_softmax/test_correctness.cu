@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
+#include <random>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
@@ -284,6 +287,60 @@ TEST_CASE("unfused softmax: logits of +-1e4, -inf entries, all -inf rows, on eve
   check_shapes(Impl::Unfused, unfused_shapes(), /*edge=*/true);
 }
 
+// Finite logits of any size, up to FLT_MAX (3.4e38): the softmax is defined, and x - max <= 0
+// (the subtraction the header asks for, done first) keeps every exp in [0, 1]. At this size a
+// row's distribution is one-hot, or shared between equal maxima. Row r is of kind r % 3:
+//   0: zeros, and 3e38 in one random column (probability 1 there);
+//   1: uniform in (-3.4e38, 3.4e38), some entries -inf;
+//   2: -3e38 everywhere except 3e38 in 3 random columns (ties: 1/3 each, or 1/2, or 1).
+std::vector<float> huge_logits(Shape s, const std::string& label) {
+  std::mt19937_64 rng = wb::rng_for(label);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> column(0, s.cols - 1);
+  std::vector<float> x(static_cast<std::size_t>(s.rows) * s.cols);
+  for (int r = 0; r < s.rows; ++r) {
+    float* row = x.data() + static_cast<std::size_t>(r) * s.cols;
+    switch (r % 3) {
+      case 0:
+        std::fill(row, row + s.cols, 0.0f);
+        row[column(rng)] = 3e38f;
+        break;
+      case 1:
+        for (int c = 0; c < s.cols; ++c)
+          row[c] = (rng() % 8 == 0) ? -std::numeric_limits<float>::infinity() : 3.4e38f * unit(rng);
+        row[column(rng)] = 3e38f;  // at least one finite entry
+        break;
+      case 2:
+        std::fill(row, row + s.cols, -3e38f);
+        for (int k = 0; k < 3; ++k) row[column(rng)] = 3e38f;
+        break;
+    }
+  }
+  return x;
+}
+
+TEST_CASE("softmax of finite logits up to 3.4e38 (subtract the max before anything else)") {
+  WB_REQUIRE_GPU();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : {Shape{3, 7}, Shape{6, 1000}, Shape{3, 8193}, Shape{3, 20001}, Shape{2, 151936}}) {
+      const std::vector<float> x = huge_logits(s, "ch04/huge/" + shape_name(s));
+      bool ran = false;
+      const std::vector<float> y = run_softmax_checked(impl, x, s, 0, 0, &ran);
+      if (!ran) continue;
+      const std::string failure = check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols,
+                                                std::string(name_of(impl)) + " softmax on logits up to 3.4e38");
+      if (failure.empty()) continue;
+      FAIL_CHECK("rule: finite logits of any size (the header's +-1e4 is an example, not a limit): the row "
+                 "max is subtracted before anything else, x - max <= 0, so no step overflows. Rows of "
+                 "zeros with one 3e38, of logits up to 3.4e38 in size, of -3e38 with 3e38 tied in three "
+                 "columns (one-hot, or shared between the ties).\nhint: compute exp(x - max) from x - max; "
+                 "a form that scales first, exp2(x * log2(e) - max * log2(e)), overflows max * log2(e) to "
+                 "inf once max > FLT_MAX / log2(e) = 2.36e38 (and loses x - max to rounding long before: "
+                 "max * log2(e) is off by up to half an ulp, 2^103 at 3e38).\n"
+                 << failure);
+    }
+}
+
 // Launch patterns a real program has: many calls queued on one stream without a wait, two
 // streams at once, and a call captured into a CUDA graph and replayed on new inputs. Any
 // correct implementation passes; they catch state shared between calls that should not
@@ -340,6 +397,52 @@ TEST_CASE("fused softmax: calls queued back to back on one stream") {
     WB_CUDA(cudaStreamSynchronize(stream.s));
     for (Problem& p : problems) p.check("4 calls back to back on one stream");
   }
+}
+
+// A decode loop: the same x, y (and intermediates) and stream on every call, with x rewritten
+// on the stream in between (by a kernel, as the model's previous layer does), nothing waited
+// for. Each call must compute y from the x of its turn: the last y is the softmax of the last
+// x. At the timed shape and a vocabulary row.
+TEST_CASE("softmax: the same buffers called back to back, x rewritten on the stream between calls") {
+  WB_REQUIRE_GPU();
+  constexpr int kCalls = 10;
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : {Shape{4096, 4096}, Shape{1, 151936}}) {
+      if (wb::coverage::quick() && s.rows > 16) continue;  // under compute-sanitizer: the long row only
+      const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+      wb::DeviceBuffer<float> x(count);
+      wb::GuardedBuffer<float> y(count), row_max(s.rows), row_sum(s.rows);
+      WB_CUDA(cudaDeviceSynchronize());  // their poison (on the legacy stream) is in before the calls
+      OwnedStream stream;
+      for (int call = 0; call < kCalls; ++call) {
+        wb::testing::fill_hashed_uniform<<<1024, 256, 0, stream.s>>>(x.data(), count, wb::base_seed() + call,
+                                                                   -8.0f, 8.0f);
+        WB_CHECK_LAUNCH("fill_hashed_uniform");
+        if (impl == Impl::Fused)
+          ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, stream.s);
+        else
+          ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols, stream.s);
+      }
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+      for (const int r : {0, s.rows / 3, s.rows - 1}) {
+        const std::size_t offset = static_cast<std::size_t>(r) * s.cols;
+        std::vector<float> x_row(s.cols), y_row(s.cols);
+        WB_CUDA(cudaMemcpy(x_row.data(), x.data() + offset, s.cols * sizeof(float), cudaMemcpyDeviceToHost));
+        WB_CUDA(cudaMemcpy(y_row.data(), y.data() + offset, s.cols * sizeof(float), cudaMemcpyDeviceToHost));
+        const std::string failure = check_softmax(
+            x_row, y_row, softmax_rows(x_row, 1, s.cols), 1, s.cols,
+            std::string(name_of(impl)) + " softmax, row " + std::to_string(r) + " of " + shape_name(s) +
+                " after " + std::to_string(kCalls) + " calls on the same buffers");
+        if (failure.empty()) continue;
+        FAIL_CHECK("rule: every call computes all of y from the x it is given. " << kCalls << " calls with the "
+                   "same x, y and stream, x rewritten by a kernel on the stream before each, queued without a "
+                   "wait (a decode loop): the last y is not the softmax of the last x.\nhint: keep no state "
+                   "between calls: the same pointers and shape do not mean the same logits (x changes in "
+                   "place), so never skip a call or return a remembered answer.\n"
+                   << failure);
+        break;
+      }
+    }
 }
 
 TEST_CASE("fused softmax: two streams at once") {
@@ -718,6 +821,172 @@ TEST_CASE("softmax of a matrix of more than 2^31 elements (64-bit offsets)") {
                    "rule: any shape: row * cols passes 2^31 from row " + std::to_string(boundary_row) +
                        " on here.\nhint: compute offsets in 64 bits, size_t offset = static_cast<size_t>(row) * "
                        "cols; an int product wraps around to a negative offset.");
+}
+
+// The max of x (exact in float) and the sum of exp(x - max) in double, one value per block of
+// 256 threads (the host combines the blocks'): the reference for a row too long to copy back.
+__global__ void block_max_of(const float* x, std::size_t count, float* out) {
+  __shared__ float part[256];
+  float m = -INFINITY;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    m = fmaxf(m, x[i]);
+  part[threadIdx.x] = m;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+__global__ void block_exp_sum_of(const float* x, std::size_t count, float max_x, double* out) {
+  __shared__ double part[256];
+  double sum = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    sum += exp(static_cast<double>(x[i]) - max_x);
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+// One row of 2^31 - 1 columns, the most an int holds (8 GiB of logits from
+// fill_hashed_uniform, in [-16, 16)). A column counter that steps by the block,
+// for (int c = threadIdx.x; c < cols; c += blockDim.x), passes the largest int on its last
+// step here: an int wraps negative and the loop goes on far outside the row (a fault, or
+// outputs never written). The row's max and sum are computed in double on the device; all of
+// y is checked for being written, and 9 stretches of 1024 columns (the first, the last, 7 in
+// between) against them, to 1%: a float sum of 2^23 terms per thread (a block of 256 threads)
+// drifts by about 0.4%, a wrong or missing stretch by far more.
+//
+// A design that is slow on one long row (a thread or a warp per row) could take minutes here,
+// past the suite's time limit: each version is first timed on a row of 2^24 columns, and one
+// that would need more than kIntMaxRowBudgetSeconds for this row is left out, saying so.
+constexpr double kIntMaxRowBudgetSeconds = 60;
+
+// Seconds one call of `impl` takes on one row of `cols` columns, after a call on a row of a
+// quarter of that (which loads its kernels).
+double seconds_for_row(Impl impl, int cols) {
+  const std::size_t count = static_cast<std::size_t>(cols);
+  wb::DeviceBuffer<float> x(count), y(count), row_max(1), row_sum(1);
+  wb::testing::fill_hashed_uniform<<<1024, 256>>>(x.data(), count, wb::base_seed(), -16.0f, 16.0f);
+  WB_CHECK_LAUNCH("fill_hashed_uniform");
+  const auto call = [&](int c) {
+    if (impl == Impl::Fused)
+      ch04::softmax_fused(x.data(), y.data(), 1, c, nullptr);
+    else
+      ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), 1, c, nullptr);
+    WB_CUDA(cudaDeviceSynchronize());
+  };
+  call(cols / 4);
+  const auto start = std::chrono::steady_clock::now();
+  call(cols);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+enum class RowCheck { Done, TooSlow, Faulted };
+
+RowCheck check_int_max_row(Impl impl) {
+  const Shape s{1, std::numeric_limits<int>::max()};
+  const std::size_t count = static_cast<std::size_t>(s.cols);
+  std::ostringstream where;
+  where << "ch04 " << name_of(impl) << " softmax, " << shape_name(s)
+        << " (one row of 2^31 - 1 columns, the largest int), seed " << wb::base_seed() << ": ";
+  const std::string rule =
+      "rule: any shape: cols may be any int, up to 2^31 - 1.\nhint: a loop counter that steps "
+      "past the end of the row, for (int c = threadIdx.x; c < cols; c += blockDim.x), passes the "
+      "largest int on its last step when cols > INT_MAX - blockDim.x: an int wraps negative and "
+      "the loop reads and writes outside the row. Count columns in unsigned (c + blockDim.x < 2^32 "
+      "cannot wrap) or in 64 bits; a rounded-up count, (cols + kTile - 1) / kTile, overflows too: "
+      "write (cols - 1) / kTile + 1.";
+  constexpr int kBlocks = 1024, kThreadsPerBlock = 256, kStretch = 1024;
+  try {
+    const double estimate = seconds_for_row(impl, 1 << 24) * (static_cast<double>(count) / (1 << 24));
+    if (estimate > kIntMaxRowBudgetSeconds) {
+      wb::testing::record_note(std::string("the ") + name_of(impl) + " softmax is left out of this case: a row of "
+                               "2^24 columns took it " + std::to_string(estimate / 128) + " s, so this row would "
+                               "take about " + std::to_string(static_cast<int>(estimate)) + " s");
+      return RowCheck::TooSlow;
+    }
+    wb::DeviceBuffer<float> x(count);
+    wb::GuardedBuffer<float> y(count), row_max(s.rows), row_sum(s.rows);
+    wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data(), count, wb::base_seed(), -16.0f, 16.0f);
+    WB_CHECK_LAUNCH("fill_hashed_uniform");
+    if (impl == Impl::Fused)
+      ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, nullptr);
+    else
+      ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols,
+                            nullptr);
+    WB_CUDA(cudaDeviceSynchronize());
+    wb::DeviceBuffer<unsigned long long> stats(2);
+    const unsigned long long init[2] = {0, ~0ull};
+    WB_CUDA(cudaMemcpy(stats.data(), init, sizeof init, cudaMemcpyHostToDevice));
+    count_unwritten<<<4096, 256>>>(y.data(), count, stats.data(), stats.data() + 1);
+    WB_CHECK_LAUNCH("count_unwritten");
+    const std::vector<unsigned long long> unwritten = stats.download();
+    if (unwritten[0] > 0) {
+      FAIL_CHECK(where.str() << unwritten[0] << " outputs were not written, the first is y[0, "
+                 << unwritten[1] << "].\n" << rule);
+      return RowCheck::Done;
+    }
+    wb::DeviceBuffer<float> block_max(kBlocks);
+    wb::DeviceBuffer<double> block_sum(kBlocks);
+    block_max_of<<<kBlocks, kThreadsPerBlock>>>(x.data(), count, block_max.data());
+    WB_CHECK_LAUNCH("block_max_of");
+    float max_x = -INFINITY;
+    for (const float m : block_max.download()) max_x = std::max(max_x, m);
+    block_exp_sum_of<<<kBlocks, kThreadsPerBlock>>>(x.data(), count, max_x, block_sum.data());
+    WB_CHECK_LAUNCH("block_exp_sum_of");
+    double sum = 0;
+    for (const double b : block_sum.download()) sum += b;
+    std::vector<std::size_t> starts = {0, count - kStretch};
+    for (int i = 1; i <= 7; ++i) starts.push_back(count / 8 * i);
+    for (const std::size_t start : starts) {
+      std::vector<float> x_part(kStretch), y_part(kStretch);
+      WB_CUDA(cudaMemcpy(x_part.data(), x.data() + start, kStretch * sizeof(float), cudaMemcpyDeviceToHost));
+      WB_CUDA(cudaMemcpy(y_part.data(), y.data() + start, kStretch * sizeof(float), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < kStretch; ++i) {
+        const double want = std::exp(static_cast<double>(x_part[i]) - max_x) / sum;
+        if (std::abs(y_part[i] - want) <= 1e-2 * want) continue;
+        FAIL_CHECK(where.str() << "y[0, " << start + i << "] = " << y_part[i] << ", expected " << want
+                   << " (x = " << x_part[i] << ", the row's max " << max_x << ", its sum of exp(x - max) "
+                   << sum << ", in double).\n" << rule);
+        return RowCheck::Done;
+      }
+    }
+    const std::string overrun = y.overrun("y");
+    if (!overrun.empty()) FAIL_CHECK(where.str() << "the kernel " << overrun << ".\n" << rule);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(where.str() << "the call failed: " << first_line(e) << "\n" << rule);
+    return RowCheck::Faulted;
+  }
+  return RowCheck::Done;
+}
+
+TEST_CASE("softmax of one row of 2^31 - 1 columns (column counters past the largest int)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31 - 1-column row is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  if (!room_for(Shape{1, std::numeric_limits<int>::max()}, "1x2147483647")) return;
+  int too_slow = 0;
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    const RowCheck result = check_int_max_row(impl);
+    if (result == RowCheck::Faulted) return;  // a fault is sticky: nothing more can run
+    too_slow += result == RowCheck::TooSlow;
+  }
+  if (too_slow == 2)
+    wb::testing::mark_skipped("skipped: both versions would take more than " +
+                              std::to_string(static_cast<int>(kIntMaxRowBudgetSeconds)) +
+                              " s on a row of 2^31 - 1 columns (timed on a row of 2^24)");
 }
 
 // Last: every kernel of the reference (solution and fast builds) must have run above.
