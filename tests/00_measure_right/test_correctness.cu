@@ -14,6 +14,7 @@
 #include "wb/check.hpp"
 #include "wb/kernel_coverage.hpp"
 #include "wb/testing.hpp"
+#include "wb/timing.hpp"
 
 using ch00::support::Probe;
 using ch00::support::TestStream;
@@ -98,6 +99,55 @@ TEST_CASE("keeps slow first calls out of the samples (rule 2)") {
             "first sample.");
   check_sample_count(probe, opt);
   CHECK(got == doctest::Approx(0.5).epsilon(0.06));
+}
+
+namespace {
+
+// Work whose state is its own (a functor with members, or a lambda capturing by value and
+// declared mutable), not behind a pointer: a copy of it starts from the count the original had
+// when it was copied, and counts on its own. Its first `slow_calls` calls take 4 ms, the later
+// ones 0.4 ms (first calls that load, allocate, fill caches). Each call logs the count its own
+// object had reached, through a pointer that every copy shares.
+struct SelfCountingWork {
+  int calls = 0;
+  int slow_calls = 0;
+  std::vector<int>* log = nullptr;
+  void operator()(cudaStream_t s) {
+    log->push_back(calls);
+    wb::launch_spin_kernel((calls < slow_calls ? 4000.0 : 400.0) * 1e3, s);
+    ++calls;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("warms up the very work it times: work with state of its own (rule 2)") {
+  WB_REQUIRE_GPU();
+  TestStream stream;
+  ch00::support::reset_log(stream.get());
+  const ch00::TimerOptions opt{.warmup = 3, .samples = 5, .cold_cache = false};
+  std::vector<int> log;
+  ch00::Work work = SelfCountingWork{.calls = 0, .slow_calls = opt.warmup, .log = &log};
+  const double got = ch00::time_work_ms(work, stream.get(), opt);
+  wb::testing::record_metric("reported_ms", got);
+  // Every call must continue the state the call before it left: 0, 1, 2, ... The warmup is
+  // there to advance it past the slow first calls before the samples see it.
+  bool continued = true;
+  for (std::size_t i = 0; i < log.size(); ++i) continued = continued && log[i] == int(i);
+  if (!continued) {
+    std::ostringstream seen;
+    for (int c : log) seen << c << " ";
+    FAIL("rule 2 (warm up the work you time): options {warmup = 3, samples = 5, cold_cache = false}; the work "
+         << "keeps its own state (a "
+         << "call counter inside the callable, not behind a pointer), and its first " << opt.warmup
+         << " calls take 4 ms, later ones 0.4 ms. Each call logged how many calls its own object had seen "
+            "before it: "
+         << seen.str() << "(a timer that calls the work it was given shows 0 1 2 3 4 5 6 7). The count started "
+         << "over: some calls ran on a copy of the work, so the samples replayed the first calls the warmup "
+         << "should have absorbed (your timer reported " << ms(got) << ", the work takes 0.4 ms once warm).\n"
+         << "hint: call work(stream) on the const Work& you were given, for the warmup and for every sample; a "
+            "helper that takes `Work work` by value warms up a copy: give it a const Work& too.");
+  }
 }
 
 TEST_CASE("reports the median of its samples (rule 6)") {

@@ -280,3 +280,109 @@ TEST_CASE("end to end: the synthetic model's logits through matvec_naive match t
   auto backend = ch01_adapters::naive_backend();
   WB_CHECK_RESULT(wb::model::compare_logits_with_cpu(backend, model, 4, "01"));
 }
+
+// ---- One row of nearly 2^31 floats: the column index, not the row offset, passes INT_MAX.
+// Last in this file: a kernel that gets it wrong reads 8 GB before the row and faults, which
+// spoils the CUDA context for any test after it.
+namespace {
+
+// +1 or -1 from the sign bit of the hash (the same on the host and the device): every product
+// and every partial sum of a correct kernel, in any order that does not sum one sign first, is
+// an integer far below 2^24, so the answer is exact.
+__host__ __device__ inline float unit_sign(std::uint64_t seed, std::uint64_t i) {
+  return matvec_edges::hashed_value(seed, i) < 0.0f ? -1.0f : 1.0f;
+}
+
+__global__ void fill_unit_signs(float* out, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = unit_sign(seed, i);
+}
+
+}  // namespace
+
+TEST_CASE("launch_matvec: one row of 2^31 - 33 floats (the column index in 64 bits too)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {  // 17 GB read under compute-sanitizer: the row offsets stay checked above
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the 2^31-float row");
+    return;
+  }
+  // n is odd, so every kernel takes its scalar path, where j counts single floats up to n. A
+  // loop `for (int j = threadIdx.x; j < n; j += blockDim.x)` (or with j + blockDim.x in its
+  // bound) steps past INT_MAX for any block of 64 threads or more and wraps to -2^31.
+  const int n = 2147483615, d = 1;
+  const std::size_t need = 2 * std::size_t(n) * sizeof(float) + (std::size_t(512) << 20);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::string shape = "W 1x" + std::to_string(n) + " (d=1 row of n=" + std::to_string(n) + " floats)";
+  if (free_bytes < need) {
+    wb::testing::mark_skipped("skipped: " + shape + " with x needs " + std::to_string(need >> 20) +
+                              " MiB of device memory, this GPU has " + std::to_string(free_bytes >> 20) + " MiB free");
+    return;
+  }
+  std::optional<wb::DeviceBuffer<float>> W, x;
+  try {
+    W.emplace(std::size_t(n));
+    x.emplace(std::size_t(n));
+  } catch (const wb::CudaError& e) {
+    if (e.code() != cudaErrorMemoryAllocation) throw;
+    (void)cudaGetLastError();
+    wb::testing::mark_skipped("skipped: " + shape + ": another process took the device memory this check needs");
+    return;
+  }
+  const std::string label = "ch01/edges/long-row/" + std::to_string(n);
+  const std::uint64_t w_seed = matvec_edges::seed_for(label + "/W"), x_seed = matvec_edges::seed_for(label + "/x");
+  fill_unit_signs<<<1024, 256>>>(W->data(), W->size(), w_seed);
+  fill_unit_signs<<<1024, 256>>>(x->data(), x->size(), x_seed);
+  WB_CHECK_LAUNCH("fill_unit_signs");
+  WB_CUDA(cudaDeviceSynchronize());
+  // The exact answer, on the host's threads: sum of (+-1) * (+-1).
+  long long want = 0;
+  {
+    const unsigned threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+    std::vector<long long> part(threads, 0);
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        const std::size_t begin = std::size_t(n) / threads * t, end = t + 1 == threads ? std::size_t(n) : std::size_t(n) / threads * (t + 1);
+        long long s = 0;
+        for (std::size_t j = begin; j < end; ++j) s += unit_sign(w_seed, j) == unit_sign(x_seed, j) ? 1 : -1;
+        part[t] = s;
+      });
+    for (auto& th : pool) th.join();
+    for (long long s : part) want += s;
+  }
+  const std::string rule = "rule: 64-bit index arithmetic (one row may be nearly 2^31 floats long)";
+  const std::string hint =
+      "hint: here the row offset is 0 and the COLUMN index overflows: with n = 2147483615, a column index j "
+      "that steps by blockDim.x (or by several strides at once) passes INT_MAX = 2147483647 on its last "
+      "steps and, as an int, wraps to -2^31: the loads land 8 GB before the row. Keep j, its stride and its "
+      "bound (j + stride < n) in std::size_t, as the row offset already is.";
+  std::string problem;  // FAIL outside the try: doctest reports a failure by throwing
+  try {
+    wb::GuardedBuffer<float> y{std::size_t(d)};
+    ch01_adapters::kLaunch(y.data(), x->data(), W->data(), n, d, nullptr);
+    WB_CUDA(cudaGetLastError());
+    WB_CUDA(cudaDeviceSynchronize());
+    if (const std::string overrun = y.overrun("y"); !overrun.empty()) {
+      problem = "chapter 01, launch_matvec, " + shape + ": " + rule + ". The kernel " + overrun + ".\n" + hint;
+    } else {
+      const std::vector<double> expected = {double(want)};
+      const wb::CompareResult r = wb::compare(
+          y.download(), expected,
+          {.chapter = "01",
+           .what = "launch_matvec, " + shape + ", W and x of +-1 (the exact answer is the integer " +
+                   std::to_string(want) + ")",
+           .shape = {std::size_t(d)},
+           .tol = {0.5, 0.0},
+           .hint = hint});
+      if (!r.ok) problem = rule + ": " + r.message;
+    }
+  } catch (const wb::NotImplemented&) {
+    throw;  // a starter: the test reads "to do", not a failed launch
+  } catch (const std::exception& e) {
+    problem = "chapter 01, launch_matvec, " + shape + ": " + rule + ". The kernel failed: " + e.what() + "\n" + hint +
+              "\n  reproduce with WB_SEED=" + std::to_string(wb::base_seed());
+  }
+  if (!problem.empty()) FAIL(problem);
+}

@@ -1,6 +1,12 @@
 // Chapter 02 correctness: the kernel, the preallocated wrapper over shapes that grow and
 // shrink, the allocation rule (enforced by counting CUDA API calls), and the whole model.
 #include <algorithm>
+#include <array>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <random>
@@ -10,6 +16,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "../lib/matvec_edges.hpp"
 #include "ch02_adapters.hpp"
@@ -438,4 +445,125 @@ TEST_CASE("end to end: the synthetic model's logits through PreallocatedMatvec m
   ch02::PreallocatedMatvec p;
   auto backend = ch02_adapters::preallocated_backend(p);
   WB_CHECK_RESULT(wb::model::compare_logits_with_cpu(backend, model, 4, "02"));
+}
+
+// ---- release() is noexcept and the destructor calls it: it must not throw, even when cudaFree
+// fails (after a sticky error from another kernel, or at exit once the CUDA runtime is being
+// unloaded). An exception out of a noexcept function ends the process (std::terminate), so the
+// check runs in a child process: this binary again, running only the case below.
+namespace {
+
+constexpr const char* kReleaseChildVar = "WB_CH02_RELEASE_CHILD";
+constexpr const char* kReleaseChildCase = "release() after its buffers were freed behind its back (child process)";
+constexpr const char* kReleaseReturned = "[release child] release() returned";
+
+std::string shell_quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+// Left out of every ordinary run (doctest::skip); the test below runs it with --no-skip.
+TEST_CASE("release() after its buffers were freed behind its back (child process)" * doctest::skip()) {
+  if (std::getenv(kReleaseChildVar) == nullptr) return;  // only in the child the test below starts
+  WB_REQUIRE_GPU();
+  if (!wb::ApiCounter::available()) {
+    std::cout << "[release child] no CUDA API tracing" << std::endl;
+    return;
+  }
+  ch02::PreallocatedMatvec p;
+  const std::vector<float> W(7u * 13u, 0.5f), x(13u, 1.0f);
+  std::vector<float> out(7u);
+  std::vector<wb::ApiTraceEntry> calls;
+  {
+    wb::ApiTrace trace;
+    p.matvec(out.data(), x.data(), W.data(), 13, 7);
+    calls = trace.entries();
+  }
+  // Free the object's device buffers behind its back: each cudaFree in its release() then fails
+  // (cudaErrorInvalidValue), as every cudaFree does after a sticky error.
+  int freed = 0;
+  for (const wb::ApiTraceEntry& e : calls)
+    if (e.call == wb::ApiCall::Malloc && e.handle != nullptr && cudaFree(const_cast<void*>(e.handle)) == cudaSuccess)
+      ++freed;
+  (void)cudaGetLastError();
+  std::cout << "[release child] freed " << freed << " device buffer(s) behind the object's back; calling release()"
+            << std::endl;
+  p.release();
+  std::cout << kReleaseReturned << std::endl;
+  (void)cudaGetLastError();
+}  // the destructor calls release() again
+
+TEST_CASE("release() never throws, even when cudaFree fails (it is noexcept: the destructor calls it)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {  // the child's failing cudaFree calls would be reported as API errors
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the cudaFree calls this case makes fail "
+                              "on purpose would be reported as API errors");
+    return;
+  }
+  if (!api_counting_or_skip()) return;
+  {  // a starter stops here ("to do"), before any child process
+    ch02::PreallocatedMatvec p;
+    const std::vector<float> W(7u * 13u, 0.5f), x(13u, 1.0f);
+    std::vector<float> out(7u);
+    p.matvec(out.data(), x.data(), W.data(), 13, 7);
+  }
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || self.empty()) {
+    wb::testing::mark_skipped("skipped: cannot find this test binary (/proc/self/exe) to run the child process");
+    return;
+  }
+  const std::string command = std::string(kReleaseChildVar) + "=1 " + shell_quoted(self) + " --no-skip " +
+                              shell_quoted(std::string("-tc=") + kReleaseChildCase) + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    wb::testing::mark_skipped("skipped: could not start the child process (popen)");
+    return;
+  }
+  std::string output;
+  std::array<char, 4096> chunk;
+  while (std::fgets(chunk.data(), int(chunk.size()), pipe)) output += chunk.data();
+  const int status = pclose(pipe);
+  if (output.find("[release child] no CUDA API tracing") != std::string::npos) {
+    wb::testing::mark_skipped("skipped: CUDA API tracing is unavailable in the child process");
+    return;
+  }
+  const bool exited = status != -1 && WIFEXITED(status);
+  const int code = exited ? WEXITSTATUS(status) : -1;
+  if (exited && code == 77) {  // the child saw no CUDA device (a GPU in exclusive-process mode)
+    wb::testing::mark_skipped("skipped: the child process could not use the GPU");
+    return;
+  }
+  const bool returned = output.find(kReleaseReturned) != std::string::npos;
+  if (exited && code == 0 && returned) return;
+  // What the child said about it: its own lines and the terminate/crash lines, not doctest's summary.
+  std::string excerpt;
+  int lines = 0;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line) && lines < 8;)
+    if (line.rfind("[doctest]", 0) != 0 &&
+        (line.find("[release child]") != std::string::npos || line.find("terminate") != std::string::npos ||
+         line.find("what()") != std::string::npos || line.find("CRASHED") != std::string::npos ||
+         line.find("THREW") != std::string::npos)) {
+      excerpt += "\n    " + line;
+      ++lines;
+    }
+  std::string ended;
+  if (status == -1) ended = "could not be waited for";
+  else if (WIFSIGNALED(status)) ended = "was killed by signal " + std::to_string(WTERMSIG(status)) + (WTERMSIG(status) == SIGABRT ? " (SIGABRT)" : "");
+  else if (code == 128 + SIGABRT) ended = "was killed by SIGABRT (exit code 134)";
+  else ended = "ended with exit code " + std::to_string(code);
+  FAIL("chapter 02: rule: release() must not throw (preallocated.hpp declares it noexcept, and the destructor calls "
+       "it). In a child process, a PreallocatedMatvec made one 7x13 call; its device buffers were then freed behind "
+       "its back, so each cudaFree in release() fails (as every cudaFree does after a sticky error from another "
+       "kernel, or at exit once the CUDA runtime is being unloaded), and release() was called. "
+       << (returned ? "release() returned, but the process then " : "Instead of returning, the process ") << ended
+       << ". An exception thrown out of a noexcept function calls std::terminate: the program dies, and an error "
+          "that was being reported is lost. The child's output:"
+       << (excerpt.empty() ? std::string("\n    (nothing about release)") : excerpt)
+       << "\nhint: in release(), call plain cudaFree and ignore its result (no WB_CUDA there: a destructor must not "
+          "throw), then set each pointer to nullptr and each capacity to 0.");
 }

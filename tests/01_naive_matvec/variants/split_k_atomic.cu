@@ -26,11 +26,12 @@ __global__ void matvec_split_k(float* y, const float* x, const float* W, int n, 
   if (row >= std::size_t(d)) return;
   const int lane = threadIdx.x % 32;
   const float* w = W + row * std::size_t(n);
-  const int chunks = (n + kChunk - 1) / kChunk;
+  // Columns in std::size_t: the last chunk of a row of nearly 2^31 floats ends past INT_MAX.
+  const int chunks = (n - 1) / kChunk + 1;
   for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
-    const int begin = chunk * kChunk, end = min(n, begin + kChunk);
+    const std::size_t begin = std::size_t(chunk) * kChunk, end = min(std::size_t(n), begin + kChunk);
     float sum = 0.0f;
-    int j = begin + lane;
+    std::size_t j = begin + lane;
     for (; j + (kUnroll - 1) * 32 < end; j += kUnroll * 32) {
       float wv[kUnroll];
 #pragma unroll
@@ -49,7 +50,7 @@ __global__ void matvec_split_k(float* y, const float* x, const float* W, int n, 
 void launch_matvec(float* y, const float* x, const float* W, int n, int d, cudaStream_t stream) {
   WB_CUDA(cudaMemsetAsync(y, 0, std::size_t(d) * sizeof(float), stream));
   const unsigned row_blocks = unsigned((std::size_t(d) + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const unsigned chunks = unsigned(std::min((n + kChunk - 1) / kChunk, 65535));
+  const unsigned chunks = unsigned(std::min((n - 1) / kChunk + 1, 65535));  // n + kChunk - 1 overflows near 2^31
   matvec_split_k<<<dim3(row_blocks, chunks), kWarpsPerBlock * 32, 0, stream>>>(y, x, W, n, d);
   WB_CHECK_LAUNCH("matvec_split_k");
 }
