@@ -40,6 +40,26 @@ bool api_counting_or_skip() {
   return false;
 }
 
+// `bytes` of host address space that read as zeros and cost no memory until touched
+// (MAP_NORESERVE): a weight array bigger than load() could be handed in any other way, for it to
+// read or refuse. Unmapped at scope exit; mapped() is false where the system refuses the mapping.
+class ZeroMapping {
+ public:
+  explicit ZeroMapping(std::size_t bytes)
+      : bytes_(bytes), p_(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)) {}
+  ~ZeroMapping() {
+    if (mapped()) munmap(p_, bytes_);
+  }
+  ZeroMapping(const ZeroMapping&) = delete;
+  ZeroMapping& operator=(const ZeroMapping&) = delete;
+  bool mapped() const { return p_ != MAP_FAILED; }
+  float* floats() const { return static_cast<float*>(p_); }
+
+ private:
+  std::size_t bytes_;
+  void* p_;
+};
+
 // out = W x through p for the matrix at `offset` of `weights` (d x n), checked against the
 // reference computed from `weights` as they are now.
 wb::CompareResult check_matvec_at(ch03::PersistentMatvec& p, const std::vector<float>& weights, std::size_t offset,
@@ -456,18 +476,13 @@ TEST_CASE("PersistentMatvec: weights of more than 2^31 floats (offsets into them
                               std::to_string(free_bytes >> 20) + " MiB free");
     return;
   }
-  void* const map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (map == MAP_FAILED) {
+  const ZeroMapping map(bytes);
+  if (!map.mapped()) {
     wb::testing::mark_skipped("skipped: cannot map " + std::to_string(bytes) + " B of address space for the weights");
     return;
   }
-  struct Unmap {
-    void* p;
-    std::size_t n;
-    ~Unmap() { munmap(p, n); }
-  } unmap{map, bytes};
-  madvise(map, bytes, MADV_HUGEPAGE);  // fewer page faults while load() reads the zeros (if allowed)
-  float* const weights = static_cast<float*>(map);
+  madvise(map.floats(), bytes, MADV_HUGEPAGE);  // fewer page faults while load() reads the zeros (if allowed)
+  float* const weights = map.floats();
   const std::size_t w_count = std::size_t(n) * d;
   for (const std::size_t offset : offsets) {
     const std::uint64_t seed = matvec_edges::seed_for("ch03/past-2^31/W" + std::to_string(offset));
@@ -528,17 +543,12 @@ TEST_CASE("a load() that fails (more weights than the GPU holds) loads nothing: 
   WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   const std::size_t bytes = total_bytes + (std::size_t(1) << 30);
   const std::size_t count = bytes / sizeof(float);
-  void* const map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (map == MAP_FAILED) {
+  const ZeroMapping map(bytes);
+  if (!map.mapped()) {
     wb::testing::mark_skipped("skipped: cannot map " + std::to_string(bytes) + " B of address space for the weights");
     return;
   }
-  struct Unmap {
-    void* p;
-    std::size_t n;
-    ~Unmap() { munmap(p, n); }
-  } unmap{map, bytes};
-  const float* const huge = static_cast<const float*>(map);
+  const float* const huge = map.floats();
   bool threw = false;
   try {
     p.load(huge, count);

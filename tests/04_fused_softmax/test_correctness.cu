@@ -717,6 +717,33 @@ TEST_CASE("softmax of a row of 2^26 columns (more tiles of 1024 than a grid's y 
   for (const Impl impl : {Impl::Fused, Impl::Unfused}) check_long_row(impl);
 }
 
+// The big cases' run: x filled on the device with logits uniform in [lo, hi)
+// (fill_hashed_uniform), `impl` run on it into y (poisoned), and the outputs still holding the
+// poison counted: how many, and the first one's index.
+struct Unwritten {
+  unsigned long long count, first;
+};
+
+Unwritten run_on_hashed_logits(Impl impl, Shape s, float lo, float hi, wb::DeviceBuffer<float>& x,
+                               wb::GuardedBuffer<float>& y) {
+  const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+  wb::GuardedBuffer<float> row_max(s.rows), row_sum(s.rows);
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data(), count, wb::base_seed(), lo, hi);
+  WB_CHECK_LAUNCH("fill_hashed_uniform");
+  if (impl == Impl::Fused)
+    ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, nullptr);
+  else
+    ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols, nullptr);
+  WB_CUDA(cudaDeviceSynchronize());
+  wb::DeviceBuffer<unsigned long long> stats(2);
+  const unsigned long long init[2] = {0, ~0ull};
+  WB_CUDA(cudaMemcpy(stats.data(), init, sizeof init, cudaMemcpyHostToDevice));
+  count_unwritten<<<4096, 256>>>(y.data(), count, stats.data(), stats.data() + 1);
+  WB_CHECK_LAUNCH("count_unwritten");
+  const std::vector<unsigned long long> unwritten = stats.download();
+  return {unwritten[0], unwritten[1]};
+}
+
 // A matrix too big to check in full against the CPU: filled on the device, every output
 // checked for being written, and some rows checked against the double reference (the first and
 // last, those on both sides of `boundary_row`, and six in between). `rule` is what a wrong row
@@ -729,24 +756,11 @@ void check_big_matrix(Shape s, int boundary_row, const std::string& what, const 
           << " elements, " << what << "), seed " << wb::base_seed() << ": ";
     try {
       wb::DeviceBuffer<float> x(count);
-      wb::GuardedBuffer<float> y(count), row_max(s.rows), row_sum(s.rows);
-      wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data(), count, wb::base_seed(), -8.0f, 8.0f);
-      WB_CHECK_LAUNCH("fill_hashed_uniform");
-      if (impl == Impl::Fused)
-        ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, nullptr);
-      else
-        ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols,
-                              nullptr);
-      WB_CUDA(cudaDeviceSynchronize());
-      wb::DeviceBuffer<unsigned long long> stats(2);
-      const unsigned long long init[2] = {0, ~0ull};
-      WB_CUDA(cudaMemcpy(stats.data(), init, sizeof init, cudaMemcpyHostToDevice));
-      count_unwritten<<<4096, 256>>>(y.data(), count, stats.data(), stats.data() + 1);
-      WB_CHECK_LAUNCH("count_unwritten");
-      const std::vector<unsigned long long> unwritten = stats.download();
-      if (unwritten[0] > 0) {
-        FAIL_CHECK(where.str() << unwritten[0] << " outputs were not written, the first is y["
-                   << unwritten[1] / s.cols << ", " << unwritten[1] % s.cols << "].\n" << rule);
+      wb::GuardedBuffer<float> y(count);
+      const Unwritten unwritten = run_on_hashed_logits(impl, s, -8.0f, 8.0f, x, y);
+      if (unwritten.count > 0) {
+        FAIL_CHECK(where.str() << unwritten.count << " outputs were not written, the first is y["
+                   << unwritten.first / s.cols << ", " << unwritten.first % s.cols << "].\n" << rule);
         continue;
       }
       // Rows on both sides of the boundary, the first and last rows, and some in between.
@@ -914,24 +928,11 @@ RowCheck check_int_max_row(Impl impl) {
       return RowCheck::TooSlow;
     }
     wb::DeviceBuffer<float> x(count);
-    wb::GuardedBuffer<float> y(count), row_max(s.rows), row_sum(s.rows);
-    wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data(), count, wb::base_seed(), -16.0f, 16.0f);
-    WB_CHECK_LAUNCH("fill_hashed_uniform");
-    if (impl == Impl::Fused)
-      ch04::softmax_fused(x.data(), y.data(), s.rows, s.cols, nullptr);
-    else
-      ch04::softmax_unfused(x.data(), y.data(), row_max.data(), row_sum.data(), s.rows, s.cols,
-                            nullptr);
-    WB_CUDA(cudaDeviceSynchronize());
-    wb::DeviceBuffer<unsigned long long> stats(2);
-    const unsigned long long init[2] = {0, ~0ull};
-    WB_CUDA(cudaMemcpy(stats.data(), init, sizeof init, cudaMemcpyHostToDevice));
-    count_unwritten<<<4096, 256>>>(y.data(), count, stats.data(), stats.data() + 1);
-    WB_CHECK_LAUNCH("count_unwritten");
-    const std::vector<unsigned long long> unwritten = stats.download();
-    if (unwritten[0] > 0) {
-      FAIL_CHECK(where.str() << unwritten[0] << " outputs were not written, the first is y[0, "
-                 << unwritten[1] << "].\n" << rule);
+    wb::GuardedBuffer<float> y(count);
+    const Unwritten unwritten = run_on_hashed_logits(impl, s, -16.0f, 16.0f, x, y);
+    if (unwritten.count > 0) {
+      FAIL_CHECK(where.str() << unwritten.count << " outputs were not written, the first is y[0, "
+                 << unwritten.first << "].\n" << rule);
       return RowCheck::Done;
     }
     wb::DeviceBuffer<float> block_max(kBlocks);
