@@ -20,7 +20,7 @@ __global__ void matvec_warp_per_row(float* __restrict__ y, const float* __restri
   if (row >= d) return;
   const float* w = W + std::size_t(row) * std::size_t(n);
   float sum = 0.0f;
-  for (int j = threadIdx.x % 32; j < n; j += 32) sum += w[j] * x[j];
+  for (unsigned j = threadIdx.x % 32; j < unsigned(n); j += 32) sum += w[j] * x[j];  // no wrap near 2^31
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0) y[row] = sum;
 }

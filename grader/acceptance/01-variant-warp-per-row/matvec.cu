@@ -33,15 +33,15 @@ template <typename T>
 __device__ __forceinline__ float lane_partial(const T* __restrict__ w, const T* __restrict__ x,
                                               int count, int lane) {
   float sum = 0.0f;
-  int j = lane;
-  for (; j + (kUnroll - 1) * kWarpSize < count; j += kUnroll * kWarpSize) {
+  unsigned j = lane;  // unsigned: j + 3 * 32 and j += 128 pass INT_MAX on a row of nearly 2^31
+  for (; j + (kUnroll - 1) * kWarpSize < unsigned(count); j += kUnroll * kWarpSize) {
     T wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + j + u * kWarpSize);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) sum += dot(wv[u], __ldg(x + j + u * kWarpSize));
   }
-  for (; j < count; j += kWarpSize) sum += dot(__ldcs(w + j), __ldg(x + j));
+  for (; j < unsigned(count); j += kWarpSize) sum += dot(__ldcs(w + j), __ldg(x + j));
   return sum;
 }
 

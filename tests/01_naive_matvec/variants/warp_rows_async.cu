@@ -19,12 +19,12 @@ __global__ void matvec_warp_rows(float* y, const float* x, const float* W, int n
   const int lane = threadIdx.x % 32;
   const float* w = W + row * std::size_t(n);
   float partial[kUnroll] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int j = lane;
-  for (; j + (kUnroll - 1) * 32 < n; j += kUnroll * 32) {
+  unsigned j = lane;  // unsigned: j + 3 * 32 and j += 128 pass INT_MAX on a row of nearly 2^31
+  for (; j + (kUnroll - 1) * 32 < unsigned(n); j += kUnroll * 32) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) partial[u] += w[j + u * 32] * x[j + u * 32];
   }
-  for (; j < n; j += 32) partial[0] += w[j] * x[j];
+  for (; j < unsigned(n); j += 32) partial[0] += w[j] * x[j];
   float sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
   if (lane == 0) y[row] = sum;
