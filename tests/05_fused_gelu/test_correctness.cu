@@ -24,6 +24,7 @@
 #include "../lib/enqueue_only.hpp"
 #include "../lib/hashed_fill.cuh"
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/owned_event.hpp"
 #include "../lib/owned_stream.hpp"
 #include "gelu.cuh"
 #include "reference.hpp"
@@ -460,15 +461,6 @@ TEST_CASE("GELU with x at the very end of its allocation (a read past the end fa
 // work counter in __device__ memory) mixes their work up, and a store to an element the call
 // does not own, even of the bytes it just read there, undoes what another kernel wrote.
 
-// A CUDA event that orders one stream after another, destroyed at scope exit.
-struct OwnedEvent {
-  cudaEvent_t e = nullptr;
-  OwnedEvent() { WB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
-  ~OwnedEvent() { cudaEventDestroy(e); }
-  OwnedEvent(const OwnedEvent&) = delete;
-  OwnedEvent& operator=(const OwnedEvent&) = delete;
-};
-
 // One call's buffers: x uploaded, y between guard bands (NaN), a scratch of its own.
 struct GeluCall {
   std::vector<float> x;
@@ -499,7 +491,7 @@ TEST_CASE("fused and unfused GELU: two streams at once") {
       const wb::testing::OwnedStream gate, a, b;
       // Both streams wait for one event, recorded after a kernel that holds the gate's stream
       // for 5 ms: the calls queue up behind it meanwhile, and the two streams start together.
-      const OwnedEvent open;
+      const wb::testing::OwnedEvent open(cudaEventDisableTiming);  // orders the streams, times nothing
       wb::launch_spin_kernel(5e6, gate.s);
       WB_CUDA(cudaEventRecord(open.e, gate.s));
       WB_CUDA(cudaStreamWaitEvent(a.s, open.e, 0));

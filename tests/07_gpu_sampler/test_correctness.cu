@@ -1698,20 +1698,6 @@ struct PlantedCall {
   }
 };
 
-// A stream of the given priority (lower numbers are scheduled first), destroyed at scope exit.
-struct PriorityStream {
-  cudaStream_t s = nullptr;
-  explicit PriorityStream(int priority) {
-    WB_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
-  }
-  ~PriorityStream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-  PriorityStream(const PriorityStream&) = delete;
-  PriorityStream& operator=(const PriorityStream&) = delete;
-};
-
 void fused_two_calls_at_once() {
   if (wb::coverage::quick()) {
     wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the tools run one kernel at a "
@@ -1720,7 +1706,7 @@ void fused_two_calls_at_once() {
   }
   int least = 0, greatest = 0;
   WB_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  PriorityStream stream_a(least), stream_b(greatest);
+  const wb::testing::OwnedStream stream_a(cudaStreamNonBlocking, least), stream_b(cudaStreamNonBlocking, greatest);
   const int vocab = 8192, short_rows = 16, short_calls = 8;
   struct Round {
     const char* what;

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "../lib/captured_graph.hpp"
+#include "../lib/owned_event.hpp"
+#include "../lib/owned_stream.hpp"
 #include "gpu_decoder.hpp"
 #include "persistent.hpp"  // chapter 03 (reference)
 #include "token_loop.cuh"
@@ -167,25 +169,15 @@ DirectAndGraph time_direct_and_graph(const std::string& name, cudaStream_t s,
   WB_CUDA(cudaStreamSynchronize(s));
   wb::testing::CapturedGraph graph(s, call);
   const auto replay = [&graph](cudaStream_t st) { graph.replay(st); };
-  cudaEvent_t start, stop;
-  WB_CUDA(cudaEventCreate(&start));
-  WB_CUDA(cudaEventCreate(&stop));
+  const wb::testing::OwnedEvent start, stop;
   std::vector<double> direct, replayed;
-  try {
-    StreamHold hold;
-    (void)held_us_per_call(hold, s, start, stop, kCalls, replay);  // warm the graph and the hold
-    for (int round = 0; round < kRounds; ++round) {  // interleaved: the clocks treat both alike
-      if (const double us = held_us_per_call(hold, s, start, stop, kCalls, call); us >= 0) direct.push_back(us);
-      if (const double us = held_us_per_call(hold, s, start, stop, kCalls, replay); us >= 0)
-        replayed.push_back(us);
-    }
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
+  StreamHold hold;
+  (void)held_us_per_call(hold, s, start.e, stop.e, kCalls, replay);  // warm the graph and the hold
+  for (int round = 0; round < kRounds; ++round) {  // interleaved: the clocks treat both alike
+    if (const double us = held_us_per_call(hold, s, start.e, stop.e, kCalls, call); us >= 0) direct.push_back(us);
+    if (const double us = held_us_per_call(hold, s, start.e, stop.e, kCalls, replay); us >= 0)
+      replayed.push_back(us);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return {name, median_of(direct), median_of(replayed)};
 }
 
@@ -211,10 +203,10 @@ std::string direct_calls_inflated(const wb::model::Config& c) {
                           gate = filled(hidden), up = filled(hidden), out = filled(hidden);
   wb::DeviceBuffer<int> pos(1);
   pos.upload(std::span<const int>(&at, 1));
-  cudaStream_t s;
-  WB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::vector<DirectAndGraph> times;
-  try {
+  {
+    const wb::testing::OwnedStream stream;  // synchronized and destroyed at scope exit, also on a throw
+    const cudaStream_t s = stream.s;
     times.push_back(time_direct_and_graph("rope_and_append", s, [&](cudaStream_t st) {
       ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), dim, kv_dim, hs, pos.data(), st);
     }));
@@ -225,13 +217,8 @@ std::string direct_calls_inflated(const wb::model::Config& c) {
     times.push_back(time_direct_and_graph("swiglu", s, [&](cudaStream_t st) {
       ch08::swiglu(out.data(), gate.data(), up.data(), hidden, st);
     }));
-  } catch (...) {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-    throw;
+    WB_CUDA(cudaStreamSynchronize(s));  // an error of the work is reported here, not swallowed
   }
-  WB_CUDA(cudaStreamSynchronize(s));
-  WB_CUDA(cudaStreamDestroy(s));
   std::ostringstream bad;
   for (const DirectAndGraph& t : times) {
     if (t.direct_us < 0 || t.graph_us < 0) {
