@@ -75,7 +75,8 @@ std::string classify_failure(const std::string& message, const std::string& kind
       has("cudaerrormisalignedaddress") || has("misaligned address") ||
       has("cudaerrorlaunchfailure") || has("unspecified launch failure") ||
       has("cudaerrorillegalinstruction") || has("cudaerrorhardwarestackerror") ||
-      has("cudaerrorassert"))
+      has("cudaerrorinvalidaddressspace") || has("not supported on global/shared address space") ||
+      has("cudaerrorinvalidpc") || has("cudaerrorassert"))
     return "cuda_fault";
   if (has("cudaerrormemoryallocation") || has("out of memory") || has("std::bad_alloc") ||
       has("bad_alloc"))

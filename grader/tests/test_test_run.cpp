@@ -115,6 +115,11 @@ TEST_CASE("a binary that was not built is reported as such") {
 TEST_CASE("classify_failure names the likely cause") {
   CHECK(classify_failure("not implemented yet: x") == "todo");
   CHECK(classify_failure("CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered)") == "cuda_fault");
+  // A load through a generic pointer that lands in no memory space (seen on an H200 for an index
+  // before the start of x): a fault of the kernel like an illegal address, not an API misuse.
+  CHECK(classify_failure("CUDA error cudaErrorInvalidAddressSpace (operation not supported on "
+                         "global/shared address space) from cudaMemcpyAsync") == "cuda_fault");
+  CHECK(classify_failure("CUDA error cudaErrorInvalidPc (invalid program counter)") == "cuda_fault");
   CHECK(classify_failure("CUDA error cudaErrorMemoryAllocation (out of memory) from cudaMalloc") == "out_of_memory");
   CHECK(classify_failure("rule 4 (no synchronization inside an event-timed region): ...", "timing") == "timing_rule");
   CHECK(classify_failure("rule 3: the work was called 1 time(s)", "correctness", "00") == "timing_rule");

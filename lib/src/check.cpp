@@ -33,6 +33,11 @@ const char* hint_for(cudaError_t code) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
       return "no usable CUDA device here: GPU tests are skipped on such a machine";
+    case cudaErrorInvalidAddressSpace:
+      return "a kernel loaded or stored through an address that lies in no memory space (not "
+             "global, not shared): most often an index before the start of a buffer (a negative "
+             "offset, or an unsigned one that wrapped) or far past its end; run under "
+             "compute-sanitizer to get the line";
     case cudaErrorMisalignedAddress:
       return "a vector load/store (float4, 16 bytes) used an address that is not 16-byte "
              "aligned: handle the unaligned head or tail with scalar accesses";

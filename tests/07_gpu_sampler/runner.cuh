@@ -1,7 +1,8 @@
 #pragma once
 // The tests' one way to call any of the four steps: logits in a guarded device buffer (or a
 // host copy for step 1), outputs poisoned before every call and kept between guard bands,
-// the step's own object built once. After the calls, integrity() says whether anything was
+// every SM's shared memory poisoned before every GPU step's call, the step's own object
+// built once. After the calls, integrity() says whether anything was
 // written outside the outputs or the logits changed.
 #include <cuda_runtime.h>
 
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../lib/poisoned_shared_memory.cuh"
 #include "sampler.cuh"
 #include "wb/api_counter.hpp"
 #include "wb/buffer.hpp"
@@ -180,6 +182,9 @@ class Runner {
   static constexpr float kGuardConfidence = -2.87e-16f;
 
   void poison_outputs(int rows) {
+    // What a kernel reads from shared memory it never wrote is 0xFF bytes, not the last
+    // call's values (which a stale read would get right by luck on the same row).
+    if (step_ != Step::Cpu) wb::testing::poison_shared_memory(stream_);
     if (step_ == Step::Fused) {
       // tokens get 0x7F7F7F7F (never a valid answer: not -1, not in the vocabulary);
       // confidences NaN; the workspace garbage (its contents on entry are undefined).

@@ -622,6 +622,10 @@ struct DistributionCase {
   // there (bad_arguments checks that), so only steps 1, 2 and 4 sample it.
   bool beyond_candidates = false;
   std::string note;  // what the row is built to catch, added to a failure
+  // Sampled only when every case before it passed: a sampler that failed one of them may
+  // never return on this row (a radix select by count, looking for a k-th entry that does
+  // not exist, can narrow an empty range forever).
+  bool only_after_passes = false;
 };
 
 // How many draws each step gets: 10^5 where a draw is cheap (steps 3 and 4; the GPU does the
@@ -657,7 +661,8 @@ long long draws_for_full_run(Step step, int vocab) {
   }
 }
 
-void check_distribution(Step step, const DistributionCase& c) {
+// False when the case failed (the failure is reported).
+bool check_distribution(Step step, const DistributionCase& c) {
   const int vocab = static_cast<int>(c.row.size());
   const long long n = draws_for(step, vocab);
   const int rows = static_cast<int>(std::min<long long>(256, n));
@@ -673,10 +678,11 @@ void check_distribution(Step step, const DistributionCase& c) {
     const std::string failure = check_draws(one_row, vocab, p, {e}, d);
     if (!failure.empty()) {
       FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, p) << failure << c.note);
-      return;
+      return false;
     }
     for (int t : d.tokens) ++counts[t];
   }
+  bool ok = true;
   const Fit fit = chi_square(counts, e.kept, static_cast<long long>(calls) * rows);
   wb::testing::record_metric("chi2_p_" + c.name, fit.p_value);
   if (fit.p_value < kAlpha) {
@@ -699,13 +705,15 @@ void check_distribution(Step step, const DistributionCase& c) {
            "mass reaches u * (kept mass); every kept token in proportion to its p, masked "
            "ones never; a different u for every row and every step.";
     FAIL_CHECK(s.str() << c.note);
+    ok = false;
   }
   // Where many kept tokens share a logit: the draws counted per logit value as well.
   Fit grouped;
   if (fit.p_value >= kAlpha &&
       chi_square_by_logit(counts, e.kept, c.row.data(), static_cast<long long>(calls) * rows, &grouped)) {
     wb::testing::record_metric("chi2_p_by_logit_" + c.name, grouped.p_value);
-    if (grouped.p_value < kAlpha)
+    if (grouped.p_value < kAlpha) {
+      ok = false;
       FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, c.params)
                  << "rule 2: over " << calls * rows << " draws, the tokens counted together by "
                  << "logit value do not follow the exact distribution (each token alone gets too "
@@ -719,8 +727,10 @@ void check_distribution(Step step, const DistributionCase& c) {
                     "it. Refine inside the bin down to a single logit value (the radix select's "
                     "passes), then pick by index within that run of equal logits."
                  << c.note);
+    }
   }
   check_integrity(runner, step, "distribution of " + c.name);
+  return ok;
 }
 
 std::vector<DistributionCase> distribution_cases() {
@@ -875,14 +885,42 @@ std::vector<DistributionCase> distribution_cases() {
         "vocab, before looking for the k-th token or the mass of the first k.";
     cases.push_back({"top_k 200 on a row of 400 with 250 masked (k above its 150 finite logits)", row,
                      SamplingParams{1.0f, 200, 1.0f, 32, 0}, false, note});
+    // The same mistake where k is large: a design that walks a short sorted list (of at most
+    // a few thousand entries) can meet position 200 among its padding, with the whole mass
+    // there by accident, and still not meet position 4096; and a row whose finite logits are
+    // too many for such a list (8192) takes the long way, a radix select by count that runs
+    // past the last finite logit. Step 3 refuses both rows (k > kMaxCandidates).
+    const auto masked_row = [&](int vocab, int finite) {
+      std::vector<float> r = normal_row(vocab, 1.0f, rng);
+      std::vector<int> order(r.size());
+      for (int i = 0; i < vocab; ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int i = 0; i < vocab - finite; ++i) r[order[i]] = -kInf;
+      return r;
+    };
+    const std::string large_k_note =
+        "\nthis row: most logits are -inf (masked), and top_k is below vocab but above the number "
+        "of finite logits. Every finite logit is kept (the masked ones have p = 0), so the draws "
+        "follow the softmax of the whole row. Looking for the k-th token among the finite ones "
+        "finds none: the kept mass used is then whatever the variable held (with shared memory "
+        "poisoned before each call: garbage, token -1).\nhint: when k is at least the number of "
+        "tokens that are not -inf, top_k keeps all of them: compare k with that count (the valid "
+        "entries), not with vocab.";
+    cases.push_back({"top_k 4096 on a row of 8192 with 6400 masked (k above its 1792 finite logits)",
+                     masked_row(8192, 1792), SamplingParams{1.0f, 4096, 1.0f, 33, 0}, true, large_k_note});
+    cases.push_back({"top_k 16384 on a row of 32768 with 24576 masked (k above its 8192 finite logits)",
+                     masked_row(32768, 8192), SamplingParams{1.0f, 16384, 1.0f, 34, 0}, true,
+                     large_k_note, /*only_after_passes=*/true});
   }
   return cases;
 }
 
 void distributions(Step step) {
+  bool failed = false;
   for (const DistributionCase& c : distribution_cases()) {
     if (c.beyond_candidates && step == Step::TopCandidates) continue;  // step 3 refuses these rows
-    check_distribution(step, c);
+    if (c.only_after_passes && failed) continue;  // it might hang what failed already
+    failed |= !check_distribution(step, c);
   }
 }
 
