@@ -23,6 +23,7 @@
 #include "../lib/owned_stream.hpp"
 #include "../lib/enqueue_only.hpp"
 #include "../lib/hashed_fill.cuh"
+#include "../lib/poisoned_shared_memory.cuh"
 #include "reference.hpp"
 #include "softmax.cuh"
 #include "wb/buffer.hpp"
@@ -94,6 +95,7 @@ std::vector<float> run_softmax(Impl impl, const std::vector<float>& x, Shape s,
   y_buf.poison(stream);
   row_max.poison(stream);  // the intermediates start as garbage, too
   row_sum.poison(stream);
+  wb::testing::poison_shared_memory(stream);  // a shared read before its write gets 0xFF bytes
   if (impl == Impl::Fused)
     ch04::softmax_fused(x_buf.data() + x_offset, y_buf.data() + y_offset, s.rows, s.cols,
                         stream);

@@ -20,6 +20,7 @@
 #include "../lib/enqueue_only.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/owned_stream.hpp"
+#include "../lib/poisoned_shared_memory.cuh"
 #include "add_norm.cuh"
 #include "reference.hpp"
 #include "wb/buffer.hpp"
@@ -132,6 +133,7 @@ Output run(Impl impl, const Problem& p, Offsets off = {}, Launch launch = Launch
   const cudaStream_t stream = owned.s;
   r_buf.poison(stream);
   h_buf.poison(stream);
+  wb::testing::poison_shared_memory(stream);  // a shared read before its write gets 0xFF bytes
 
   NormParams params;
   params.norm = p.norm;

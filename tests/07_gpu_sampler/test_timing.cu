@@ -22,7 +22,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -96,7 +95,6 @@ struct Problem {
   wb::DeviceBuffer<float> confidence{kRows};
   std::vector<int> host_tokens = std::vector<int>(kRows);
   std::vector<float> host_confidence = std::vector<float>(kRows);
-  std::vector<float> uniforms = std::vector<float>(kRows);
 
   // Fresh logits for the re-check after timing (rule 7), made before the timing: the re-check
   // then follows the timed calls with no host pause (a device copy on the work's stream and a
@@ -117,27 +115,6 @@ struct Problem {
     std::swap(host_logits, fresh_host);  // O(1): the CPU sampler reads host_logits
   }
 };
-
-wb::Stats time_cpu(Problem& p) {
-  wb::Bench bench(host_timed("step 1 (CPU sampler, all threads) 16x151936"));
-  const int threads = std::max(1u, std::thread::hardware_concurrency());
-  const auto run = [&] {
-    ch07::sample_cpu(p.host_logits.data(), kRows, kVocab, kParams, p.uniforms.data(),
-                     p.host_tokens.data(), p.host_confidence.data(), threads);
-  };
-  {  // the numbers rule 4 gives the CPU (computed once: not the CPU sampler's work)
-    wb::DeviceBuffer<float> u(kRows);
-    ch07::fill_draw_uniforms(u.data(), kRows, kParams.seed, kParams.step, nullptr);
-    p.uniforms = u.download();
-  }
-  p.prepare_fresh("ch07/timing/verify/cpu");
-  return bench.run([&](cudaStream_t) { run(); },
-                   [&] {
-                     p.refresh(bench.stream());
-                     run();
-                     check_tokens(p.host_logits, p.host_tokens, "step 1");
-                   });
-}
 
 template <typename Sampler>
 wb::Stats time_object(Problem& p, const std::string& name) {

@@ -24,6 +24,7 @@
 
 #include "../lib/captured_graph.hpp"
 #include "../lib/kernel_coverage_test.hpp"
+#include "../lib/poisoned_shared_memory.cuh"
 #include "kernel_reference.hpp"
 #include "token_loop.cuh"
 #include "wb/api_counter.hpp"
@@ -341,6 +342,7 @@ std::vector<float> run_attention(const ref::AttentionProblem& p, bool at_end,
   Stream stream;
   std::vector<float> got;
   try {
+    wb::testing::poison_shared_memory(stream.s);  // a shared read before its write gets 0xFF bytes
     ch08::attention(out.data(), q.data(), kc.data(), vc.data(), scores.data(), p.n_heads,
                     p.n_kv_heads, p.head_size, p.seq_len, pos_buf.data(), stream.s);
     WB_CUDA(cudaStreamSynchronize(stream.s));
