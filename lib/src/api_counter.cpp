@@ -73,6 +73,10 @@ std::size_t forget(std::unordered_map<const void*, std::size_t>& sizes, const vo
 
 // The running trace (at most one).
 std::mutex g_trace_mutex;
+
+// ElapsedTimeOverride's state (under g_trace_mutex).
+std::function<float(long long, float)> g_elapsed_replace;
+long long g_elapsed_replaced = 0;
 std::atomic<bool> g_tracing{false};
 std::vector<ApiTraceEntry>& g_trace() {
   static std::vector<ApiTraceEntry> trace;
@@ -300,6 +304,10 @@ void count_call(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
       const auto& p = params<cudaEventElapsedTime_v12080_params>(info);
       g_totals.elapsed_reads++;
       trace(ApiCall::ElapsedTime, p.start, nullptr, p.end);
+      {
+        std::lock_guard lock(g_trace_mutex);
+        if (g_elapsed_replace && p.ms) *p.ms = g_elapsed_replace(g_elapsed_replaced++, *p.ms);
+      }
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
@@ -550,5 +558,23 @@ std::string ApiTrace::codes() const {
 }
 
 void ApiTrace::note(char mark) { trace(ApiTraceEntry{ApiCall::Note, mark}); }
+
+ElapsedTimeOverride::ElapsedTimeOverride(std::function<float(long long, float)> replace) {
+  subscribe_once();
+  std::lock_guard lock(g_trace_mutex);
+  if (g_elapsed_replace) throw std::logic_error("wb::ElapsedTimeOverride: only one may live at a time");
+  g_elapsed_replace = std::move(replace);
+  g_elapsed_replaced = 0;
+}
+
+ElapsedTimeOverride::~ElapsedTimeOverride() {
+  std::lock_guard lock(g_trace_mutex);
+  g_elapsed_replace = nullptr;
+}
+
+long long ElapsedTimeOverride::calls() const {
+  std::lock_guard lock(g_trace_mutex);
+  return g_elapsed_replaced;
+}
 
 }  // namespace wb

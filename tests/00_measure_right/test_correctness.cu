@@ -577,3 +577,37 @@ TEST_CASE("keeps every sample, however many are asked for (rule 6)") {
             "it read values that are not samples.\nhint: keep every sample in a std::vector<float> "
             "(reserve(options.samples), push_back), then sort it and take the middle one.");
 }
+
+TEST_CASE("keeps a sample that reads 0 ms (rule 6)") {
+  WB_REQUIRE_GPU();
+  if (!tracing_or_skip()) return;
+  TestStream stream;
+  // Two events the GPU stamps in the same tick read 0 ms: a real reading, which a GPU gives
+  // only now and then (records queued together behind other work). CUPTI hands the timer 0 for
+  // two of every three cudaEventElapsedTime calls, whatever it reads them for: of any 15
+  // consecutive readings 10 are 0, so the median of the 15 samples is 0 ms. The others read
+  // the probe's 0.2 ms kernel.
+  ch00::support::reset_log(stream.get());
+  Probe probe(stream.get(), [](int) { return 200.0; });
+  const ch00::TimerOptions opt{.warmup = 2, .samples = 15, .cold_cache = false};
+  double got = 0;
+  long long replaced = 0;
+  {
+    const wb::ElapsedTimeOverride zeros([](long long call, float reading) { return call % 3 == 2 ? reading : 0.0f; });
+    got = ch00::time_work_ms(probe.work(), stream.get(), opt);
+    replaced = zeros.calls();
+  }
+  wb::testing::record_metric("reported_ms_with_zero_readings", got);
+  if (replaced == 0) {  // a timer on the host clock (rule 3's other way) never reads 0
+    wb::testing::record_note("the timer read no event times (a host-clock timer): nothing to check");
+    return;
+  }
+  check_called_on_stream(probe);
+  if (got > 0.01)
+    FAIL("rule 6 (the median of all the samples): two of every three of your timer's "
+         << "cudaEventElapsedTime readings were 0 ms (the test made them so: two events stamped in the "
+         << "same tick read 0, a real measurement), so most of its 15 samples are 0 and their "
+         << "median is 0 ms; your timer reported " << ms(got) << ", the median of the others. A sample "
+            "of 0 ms was dropped (or treated as a failed reading).\nhint: keep every sample, 0.0f "
+            "included; sort them all and take the middle one.");
+}

@@ -199,6 +199,39 @@ TEST_CASE("API counter: counts allocations, copies by direction and synchronizat
   CHECK(c.syncs == 1);
 }
 
+TEST_CASE("ElapsedTimeOverride: cudaEventElapsedTime hands back the replacement while it lives") {
+  WB_REQUIRE_GPU();
+  if (!wb::ApiCounter::available()) {
+    wb::testing::mark_skipped("skipped: CUPTI unavailable: " + wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  WB_CUDA(cudaEventCreate(&start));
+  WB_CUDA(cudaEventCreate(&stop));
+  WB_CUDA(cudaEventRecord(start));
+  noop<<<1, 1>>>();
+  WB_CUDA(cudaEventRecord(stop));
+  WB_CUDA(cudaEventSynchronize(stop));
+  float real = -1, replaced = -1, after = -1, seen = -1;
+  WB_CUDA(cudaEventElapsedTime(&real, start, stop));
+  long long calls = 0;
+  {
+    const wb::ElapsedTimeOverride override([&](long long call, float reading) {
+      seen = reading;
+      return call == 0 ? 42.0f : reading;
+    });
+    WB_CUDA(cudaEventElapsedTime(&replaced, start, stop));
+    calls = override.calls();
+  }
+  WB_CUDA(cudaEventElapsedTime(&after, start, stop));
+  WB_CUDA(cudaEventDestroy(start));
+  WB_CUDA(cudaEventDestroy(stop));
+  CHECK(replaced == 42.0f);
+  CHECK(seen == real);  // the replacement was given the real reading
+  CHECK(calls == 1);
+  CHECK(after == real);  // and only while it lived
+}
+
 TEST_CASE("an upload has landed when it returns, also for work on a non-blocking stream") {
   WB_REQUIRE_GPU();
   // A plain cudaMemcpy from pageable memory may return before its DMA is done, and nothing

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,21 @@ class ApiTrace {
   std::string codes() const;  // e.g. "WWWCCRWREERWRE..DD"
   // Adds a mark to the running trace, if any (from test code, on any thread).
   static void note(char mark);
+};
+
+// For tests of a timer (chapter 00): while one lives, every cudaEventElapsedTime that succeeds
+// hands its caller replace(n, reading) instead of its reading, n = 0, 1, ... counting the
+// calls since construction. It makes readings a GPU gives only now and then (two events
+// stamped in the same tick: 0 ms) happen on demand. Needs CUPTI (ApiCounter::available());
+// one at a time.
+class ElapsedTimeOverride {
+ public:
+  explicit ElapsedTimeOverride(std::function<float(long long call, float reading)> replace);
+  ~ElapsedTimeOverride();
+  ElapsedTimeOverride(const ElapsedTimeOverride&) = delete;
+  ElapsedTimeOverride& operator=(const ElapsedTimeOverride&) = delete;
+
+  long long calls() const;  // how many readings it replaced
 };
 
 }  // namespace wb
