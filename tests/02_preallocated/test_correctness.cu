@@ -130,6 +130,17 @@ TEST_CASE("launch_matvec: your chapter 01 kernel, on every kind of shape") {
   }
 }
 
+// The contract's "enqueued on `stream`, no synchronization", which every other test lets
+// pass (matvec_edges::check_captured says why).
+TEST_CASE("launch_matvec: all work on the given stream, no synchronization (captured into a CUDA graph)") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  WB_CHECK_RESULT(matvec_edges::check_captured(ch02_adapters::kLaunch, "02"));
+}
+
 // First among the wrapper tests: a buffer that never grows can break the CUDA context for
 // the tests after it, and this one names the rule.
 TEST_CASE("rule: grow the buffers when a larger call comes, keep them for smaller ones") {

@@ -117,6 +117,17 @@ TEST_CASE("launch_matvec: your chapter 01 kernel, on every kind of shape") {
   }
 }
 
+// The contract's "enqueued on `stream`, no synchronization", which every other test lets
+// pass (matvec_edges::check_captured says why).
+TEST_CASE("launch_matvec: all work on the given stream, no synchronization (captured into a CUDA graph)") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  WB_CHECK_RESULT(matvec_edges::check_captured(ch03_adapters::kLaunch, "03"));
+}
+
 TEST_CASE("PersistentMatvec: matrices anywhere inside the loaded weights") {
   WB_REQUIRE_GPU();
   // One array with several matrices one after another, like a model's weights: offsets
@@ -318,6 +329,40 @@ TEST_CASE("PersistentMatvec: x and out in pinned host memory (out is ready when 
         p.matvec(out, x, W, n, d);
       },
       768, 32000, "03", "PersistentMatvec::matvec"));
+}
+
+// persistent.hpp: load() "uploads count floats starting at host_weights". When it returns the
+// weights are on the device and the array is the caller's again (to free, or to read the next
+// checkpoint into). Every other test loads pageable memory, from which even a cudaMemcpyAsync
+// has read the whole array before it returns; from pinned memory it only enqueues the copy,
+// which then reads whatever the caller writes next. Here the caller overwrites the last matrix
+// of 256 MiB of pinned weights with NaN the moment load() returns: microseconds, where a copy
+// still in flight needs milliseconds to reach it.
+TEST_CASE("load() from pinned host memory: the weights are on the device when it returns (the caller may reuse the array)") {
+  WB_REQUIRE_GPU();
+  const int n = 48, d = 64;
+  const std::size_t count = std::size_t(1) << 26, w_count = std::size_t(n) * d, offset = count - w_count;
+  const std::vector<float> W = matvec_edges::signed_values(w_count, "ch03/pinned-load/W");
+  const std::vector<float> x = matvec_edges::signed_values(std::size_t(n), "ch03/pinned-load/x");
+  const matvec_edges::detail::PinnedFloats weights{count};
+  std::copy(W.begin(), W.end(), weights.p + offset);
+  ch03::PersistentMatvec p;
+  p.load(weights.p, count);
+  std::fill(weights.p + offset, weights.p + count, std::numeric_limits<float>::quiet_NaN());  // the caller's now
+  std::vector<float> out(std::size_t(d), std::numeric_limits<float>::quiet_NaN());
+  p.matvec(out.data(), x.data(), weights.p + offset, n, d);
+  const wb::CompareResult r = wb::compare(
+      out, wb::model::matvec_reference(W, x, n, d),
+      {.chapter = "03",
+       .what = "PersistentMatvec::matvec of the last 64x48 matrix of 2^26 weights loaded from pinned host memory "
+               "(cudaMallocHost), which the caller overwrote with NaN as soon as load() returned",
+       .shape = {std::size_t(d)},
+       .tol = wb::model::matvec_tolerance(n),
+       .hint = "cudaMemcpyAsync from pinned memory only enqueues the copy and returns; the copy then reads the "
+               "array after load() has given it back. Upload with cudaMemcpy (it returns once the copy is done), "
+               "or cudaStreamSynchronize after cudaMemcpyAsync, before load() returns."});
+  if (!r.ok) FAIL("chapter 03: rule: load() has uploaded the weights when it returns (the caller may reuse its array): "
+                  << r.message);
 }
 
 TEST_CASE("release frees every buffer, and twice is harmless (sizes counted, loads, reloads, calls)") {
