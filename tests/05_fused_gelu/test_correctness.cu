@@ -678,6 +678,68 @@ TEST_CASE("fused and unfused GELU beside another kernel writing the floats just 
     for (const std::size_t n : {std::size_t(5), std::size_t(4098), std::size_t(4099)}) check_beside_neighbour(impl, n);
 }
 
+// gelu.cuh: the call's work is enqueued on `stream`, so it runs after everything enqueued there
+// before it. Here that is a kernel that writes x (a model's previous layer) and, as kernels
+// written for programmatic dependent launch do, lets the next kernel launch early
+// (griddepcontrol.launch_dependents) before it has written x. A plain launch still waits for it
+// to finish; a launch with cudaLaunchAttributeProgrammaticStreamSerialization starts at once,
+// and must call cudaGridDependencySynchronize() before it loads x.
+__global__ void late_writer(const float* fresh, float* x, std::size_t n, unsigned long long delay_ns) {
+#if __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();  // dependents may launch now
+#endif
+  if (threadIdx.x == 0) {
+    const unsigned long long begin = global_ns();
+    while (global_ns() - begin < delay_ns) {
+    }
+  }
+  __syncthreads();
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = fresh[i];
+}
+
+TEST_CASE("fused and unfused GELU after a kernel that lets the next one launch early (stream order)") {
+  WB_REQUIRE_GPU();
+  constexpr unsigned long long kDelayNs = 10'000'000;  // x is written 10 ms after the kernel starts
+  const std::size_t n = (1 << 20) + 3;
+  const std::vector<float> x = ch05::reference::random_inputs(n, "ch05/late-writer");
+  const wb::DeviceBuffer<float> fresh{std::span<const float>(x)};
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const std::size_t offset : {std::size_t(0), std::size_t(1)}) {
+      wb::DeviceBuffer<float> x_buf(n + offset), scratch(ch05::gelu_unfused_scratch_count(n));
+      wb::GuardedBuffer<float> y_buf(n + offset);
+      const std::string where = std::string("ch05 ") + name_of(impl) + " GELU, n = " + std::to_string(n) + ", " +
+                                views_name(offset, offset) + ", x written by the kernel just before the call on "
+                                "its stream, which lets the next kernel launch early, seed " +
+                                std::to_string(wb::base_seed()) + ": ";
+      try {
+        const wb::testing::OwnedStream stream;
+        WB_CUDA(cudaMemsetAsync(x_buf.data(), 0, (n + offset) * sizeof(float), stream.s));  // gelu(0) = 0
+        late_writer<<<1, 1024, 0, stream.s>>>(fresh.data(), x_buf.data() + offset, n, kDelayNs);
+        WB_CHECK_LAUNCH("late_writer");
+        if (impl == Impl::Fused)
+          ch05::gelu_fused(x_buf.data() + offset, y_buf.data() + offset, n, stream.s);
+        else
+          ch05::gelu_unfused(x_buf.data() + offset, y_buf.data() + offset, scratch.data(), n, stream.s);
+        WB_CUDA(cudaStreamSynchronize(stream.s));
+      } catch (const wb::NotImplemented&) {
+        throw;
+      } catch (const std::exception& e) {
+        FAIL_CHECK(explain_error(e, impl, n, offset, offset, 0));
+        return;  // a fault is sticky
+      }
+      const std::vector<float> y = y_buf.download();
+      const std::string failure = check_gelu(x, std::span<const float>(y).subspan(offset), gelu_tanh(x),
+                                             std::string(name_of(impl)) + " GELU after a kernel that wrote x");
+      if (!failure.empty())
+        FAIL_CHECK(where << "rule: a call's work runs after all the work enqueued before it on `stream` "
+                   "(gelu.cuh), here a kernel that stores x " << kDelayNs / 1'000'000 << " ms after it starts; "
+                   "an output of 0 is gelu(0), of the x before that store.\nhint: a kernel launched with programmatic dependent launch "
+                   "(cudaLaunchAttributeProgrammaticStreamSerialization) may start while the kernel before it "
+                   "still runs: call cudaGridDependencySynchronize() before its first load of x, not only "
+                   "before its stores (or launch it plainly).\n" << failure);
+    }
+}
+
 // How many of y's elements still hold the poison (all bits set), and the first of them.
 __global__ void count_unwritten(const float* y, std::size_t n, unsigned long long* how_many,
                                 unsigned long long* first) {
