@@ -34,6 +34,10 @@
 
 namespace ch08 {
 
+// Every pointer below is a device pointer that need only be float-aligned (4 bytes): a caller
+// may pass a view that starts one float past an 8- or 16-byte boundary. A kernel that loads
+// float2 or float4 checks the alignment of what it vectorizes first.
+
 // ---- Step 1: RoPE, and the append to the KV cache ----------------------------------------
 //
 // q: dim floats (n_heads heads of head_size), k and v: kv_dim floats (n_kv_heads heads), the
@@ -63,7 +67,9 @@ void rope_and_append(float* q, const float* k, const float* v, float* key_cache,
 // `scores` is the caller's scratch of n_heads * seq_len floats (the reference writes s there
 // and turns each row into its softmax in place, chapter 04's way: the max first, then exp and
 // the sum; chapter 04's own softmax_fused needs its output apart from its input, and this
-// is the only scratch); its contents afterwards are unspecified. n_heads must be a multiple of n_kv_heads; head_size >= 1.
+// is the only scratch); its contents afterwards are unspecified. n_heads must be a multiple of n_kv_heads,
+// and at most 65535 (a grid's y dimension: the reference puts the heads there, the positions on x);
+// head_size >= 1.
 void attention(float* out, const float* q, const float* key_cache, const float* value_cache,
                float* scores, int n_heads, int n_kv_heads, int head_size, int seq_len,
                const int* pos, cudaStream_t stream);
@@ -74,7 +80,9 @@ void attention(float* out, const float* q, const float* key_cache, const float* 
 // nonlinearity of llama, one elementwise pass (chapter 05's lesson: read each input once,
 // write once). out may be gate itself (the decoder computes it in place); otherwise gate and up
 // are read-only. A gate of -inf gives 0 * up (silu(-inf) = 0), +inf gives +inf * up, NaN
-// propagates.
+// propagates. Every output is within 1e-5 of its exact value, relative, for every gate: very
+// negative ones too, where silu is tiny (a sigmoid written as 0.5 * (1 + tanh(g / 2)) cancels
+// there and is not).
 void swiglu(float* out, const float* gate, const float* up, int n, cudaStream_t stream);
 
 // ---- Step 4: the step as a CUDA graph ------------------------------------------------------
@@ -134,6 +142,9 @@ inline void check_attention_args(const float* out, const float* q, const float* 
     throw std::invalid_argument(where + "n_heads (" + std::to_string(n_heads) +
                                 ") must be a positive multiple of n_kv_heads (" +
                                 std::to_string(n_kv_heads) + ")");
+  if (n_heads > 65535)
+    throw std::invalid_argument(where + "n_heads must be at most 65535 (a grid's y dimension), got " +
+                                std::to_string(n_heads));
   if (head_size < 1)
     throw std::invalid_argument(where + "head_size must be >= 1, got " + std::to_string(head_size));
   if (seq_len < 1)

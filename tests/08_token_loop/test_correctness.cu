@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "../lib/captured_graph.hpp"
+#include "../lib/enqueue_only.hpp"
+#include "../lib/hashed_fill.cuh"
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/poisoned_shared_memory.cuh"
 #include "kernel_reference.hpp"
@@ -50,23 +52,28 @@ struct Stream {
 };
 
 // A device array either between guard bands (GuardedBuffer) or ending exactly where mapped
-// device memory ends (InputAtEnd: a read or write past it is an illegal address).
+// device memory ends (InputAtEnd: a read or write past it is an illegal address). Between
+// guard bands it may start `offset` floats into its buffer (a view: offset 1 is 4 bytes past
+// an 8-byte boundary).
 class DevArray {
  public:
-  DevArray(std::span<const float> host, bool at_end) : host_(host.begin(), host.end()) {
+  DevArray(std::span<const float> host, bool at_end, std::size_t offset = 0)
+      : host_(host.begin(), host.end()), offset_(offset) {
     if (at_end) {
       end_ = std::make_unique<wb::InputAtEnd>(std::max<std::size_t>(host.size(), 1));
       if (!host.empty()) end_->upload(host);
     } else {
-      guarded_ = std::make_unique<wb::GuardedBuffer<float>>(host.size());
-      if (!host.empty()) guarded_->upload(host);
+      std::vector<float> padded(offset, kNaN);
+      padded.insert(padded.end(), host.begin(), host.end());
+      guarded_ = std::make_unique<wb::GuardedBuffer<float>>(padded.size());
+      if (!padded.empty()) guarded_->upload(padded);
     }
     // upload() waits for its DMA (wb/upload.hpp): the tests launch on a non-blocking stream.
   }
-  float* data() { return end_ ? end_->data() : guarded_->data(); }
+  float* data() { return end_ ? end_->data() : guarded_->data() + offset_; }
   std::vector<float> download() const {
-    if (!end_) return guarded_->download();
-    std::vector<float> all = end_->download();
+    std::vector<float> all = end_ ? end_->download() : guarded_->download();
+    all.erase(all.begin(), all.begin() + std::ptrdiff_t(offset_));
     all.resize(host_.size());
     return all;
   }
@@ -79,6 +86,7 @@ class DevArray {
 
  private:
   std::vector<float> host_;
+  std::size_t offset_;
   std::unique_ptr<wb::GuardedBuffer<float>> guarded_;
   std::unique_ptr<wb::InputAtEnd> end_;
 };
@@ -139,14 +147,17 @@ std::string rope_diagnosis(std::span<const float> got, std::span<const float> x,
   return "";
 }
 
-void check_rope(const RopeCase& c, bool at_end) {
+// offset > 0: q, k, v and the caches are views that start `offset` floats into their buffers.
+void check_rope(const RopeCase& c, bool at_end, std::size_t offset = 0) {
   const int dim = c.n_heads * c.head_size, kv_dim = c.n_kv_heads * c.head_size;
   const std::size_t cache_n = std::size_t(c.seq_len) * kv_dim;
   const std::size_t row = std::size_t(c.pos) * kv_dim;
+  const std::string view = offset ? " (q, k, v and the caches each " + std::to_string(offset) +
+                                        " float(s) into their buffers)" : "";
   const std::string what = "ch08 rope_and_append, " + describe(c) +
-                           (at_end ? " (arrays at the end of their allocations)" : "") + ", " +
+                           (at_end ? " (arrays at the end of their allocations)" : "") + view + ", " +
                            seed_text();
-  auto rng = wb::rng_for("ch08/rope/" + describe(c) + (at_end ? "/at-end" : ""));
+  auto rng = wb::rng_for("ch08/rope/" + describe(c) + (at_end ? "/at-end" : "") + view);
   const std::vector<float> q = wb::random_normal(dim, 0.0f, 1.0f, rng);
   const std::vector<float> k = wb::random_normal(kv_dim, 0.0f, 1.0f, rng);
   const std::vector<float> v = wb::random_normal(kv_dim, 0.0f, 1.0f, rng);
@@ -159,7 +170,8 @@ void check_rope(const RopeCase& c, bool at_end) {
   std::vector<float> q_got, key_got, val_got;
   std::vector<std::string> rule_breaks;
   try {
-    DevArray q_buf(q, at_end), k_buf(k, at_end), v_buf(v, at_end), kc(key0, at_end), vc(val0, at_end);
+    DevArray q_buf(q, at_end, offset), k_buf(k, at_end, offset), v_buf(v, at_end, offset),
+        kc(key0, at_end, offset), vc(val0, at_end, offset);
     wb::DeviceBuffer<int> pos_buf(1);
     pos_buf.upload(std::span<const int>(&c.pos, 1));
     Stream stream;
@@ -454,7 +466,17 @@ void check_attention(const AttCase& c, bool at_end = false) {
   };
   bool non_finite = false;
   for (std::size_t i = 0; i < got.size(); ++i) non_finite |= !std::isfinite(got[i]);
-  if (non_finite && spread) {
+  // The first head h with h * n_kv_heads > 2^31 - 1 (an int product wraps around from there).
+  const long long wraps = std::numeric_limits<int>::max() / c.n_kv_heads + 1;
+  if (wraps < c.n_heads &&
+      ref::matches(std::span<const float>(got).first(std::size_t(wraps) * hs),
+                   std::span<const double>(expected).first(std::size_t(wraps) * hs),
+                   [&](std::size_t i) { return tol.atol + tol.rtol * std::fabs(expected[i]); })) {
+    diagnosis = "Heads 0 .. " + std::to_string(wraps - 1) + " are right and later heads wrong: from head " +
+                std::to_string(wraps) + " on, h * n_kv_heads passes 2^31 - 1, so an int product of the two "
+                "wraps around (to a negative KV head, a read far before the caches): g = h / (n_heads / "
+                "n_kv_heads), the header's formula, has no product to overflow. ";
+  } else if (non_finite && spread) {
     diagnosis = "The output has NaN/inf where the reference is finite. Every score here is negative, and they "
                 "span hundreds: exp(s - m) overflowed, so m was BELOW the row's largest score (the most "
                 "negative one?). rule: m is the largest s_t, the one nearest zero when all are negative. An "
@@ -528,6 +550,41 @@ TEST_CASE("attention with every score negative, spread over hundreds: the max is
                                                {4, 1, 64, 128, 127, 1.0f, 0.0f, 300.0f},
                                                {2, 2, 16, 40, 2, 1.0f, 0.0f, 300.0f}})
     check_attention(c);
+}
+
+// token_loop.cuh: every call enqueues on `stream` and returns, no allocation, no synchronization,
+// no copy (tests/lib/enqueue_only.hpp), at any shape. The graph test below counts the three calls
+// at its own small shape only; a path taken for long contexts alone (a workspace cudaMalloc'd by
+// the first call past some seq_len, kept for later calls) passes it. Before every other call of
+// this suite past seq_len 2048: the first call at a long shape is the one that would allocate.
+TEST_CASE("rule: attention only enqueues work, at long contexts too (no allocation, synchronization or host copy; counted with CUPTI)") {
+  WB_REQUIRE_GPU();
+  for (const AttCase& c :
+       std::vector<AttCase>{{1, 1, 1, 1, 0}, {12, 12, 64, 1024, 1023}, {32, 8, 128, 16384, 16383}}) {
+    const std::size_t cache_n = std::size_t(c.seq_len) * c.n_kv_heads * c.head_size;
+    const std::size_t q_n = std::size_t(c.n_heads) * c.head_size;
+    auto rng = wb::rng_for("ch08/attention/enqueue-only/" + std::to_string(c.seq_len));
+    wb::DeviceBuffer<float> q(wb::random_normal(q_n, 0.0f, 1.0f, rng)), kc(cache_n), vc(cache_n), out(q_n),
+        scores(std::size_t(c.n_heads) * c.seq_len);
+    wb::testing::fill_hashed_uniform<<<1024, 256>>>(kc.data(), cache_n, wb::base_seed(), -1.0f, 1.0f);
+    wb::testing::fill_hashed_uniform<<<1024, 256>>>(vc.data(), cache_n, wb::base_seed() + 1, -1.0f, 1.0f);
+    WB_CHECK_LAUNCH("fill_hashed_uniform");
+    wb::DeviceBuffer<int> pos(1);
+    pos.upload(std::span<const int>(&c.pos, 1));
+    WB_CUDA(cudaDeviceSynchronize());
+    Stream stream;
+    const std::string broke = wb::testing::enqueue_only_violation([&] {
+      ch08::attention(out.data(), q.data(), kc.data(), vc.data(), scores.data(), c.n_heads, c.n_kv_heads,
+                      c.head_size, c.seq_len, pos.data(), stream.s);
+    });
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    if (!broke.empty())
+      FAIL_CHECK("ch08 attention, " << c.n_heads << " heads / " << c.n_kv_heads << " KV heads x head_size "
+                 << c.head_size << ", seq_len " << c.seq_len << ", *pos = " << c.pos << ", " << seed_text()
+                 << ": rule: every function enqueues on `stream` and returns without waiting: no synchronization, "
+                    "no allocation, no host<->device copy, at every shape. Of two calls in a row, one or both "
+                 << broke << ".\n" << wb::testing::kEnqueueOnlyHint);
+  }
 }
 
 TEST_CASE("attention with seq_len past 65535 (a grid's y and z limit)") {
@@ -969,6 +1026,140 @@ TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replaye
                        "pointers.");
     break;
   }
+}
+
+// The last three cases can end in a sticky CUDA error (a misaligned access, a read far outside
+// an array) that fails every later test of this process: they come after the others.
+
+// token_loop.cuh asks for device pointers, not aligned ones: a pair (x[i], x[i+1]), i even, is
+// 8-byte aligned only when the array is. Here each array starts one float into its buffer.
+TEST_CASE("RoPE + append of views: q, k, v and the caches each 4 bytes past an 8-byte boundary") {
+  WB_REQUIRE_GPU();
+  const RopeCase c{6, 2, 48, 64, 30};
+  try {
+    check_rope(c, /*at_end=*/false, /*offset=*/1);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK("ch08 rope_and_append, " << describe(c) << ", q, k, v and the caches each one float past an "
+               << "8-byte boundary, " << seed_text() << ": rule: any float pointer is valid (the header asks for "
+               << "device pointers, not aligned ones). The call failed (" << first_line(e)
+               << ").\nhint: a float2 access needs an 8-byte aligned address (float4: 16): load and store the "
+                  "pair as two floats, or check the pointers on the host (reinterpret_cast<uintptr_t>(p) % 8) "
+                  "and take a scalar path when one is not aligned.");
+  }
+}
+
+// The header allows up to 65535 heads (a grid's y dimension). With as many KV heads as heads,
+// h * n_kv_heads passes 2^31 - 1 from head 42950 on, where an int product of the two
+// (h * n_kv_heads / n_heads is the KV head until then) wraps around to a negative one. Heads of
+// one float: arrays of 200 KB.
+TEST_CASE("attention with 50000 heads over 50000 KV heads (h * n_kv_heads past 2^31)") {
+  WB_REQUIRE_GPU();
+  const AttCase c{50000, 50000, 1, 2, 1};
+  try {
+    check_attention(c);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK("ch08 attention, 50000 heads / 50000 KV heads x head_size 1, seq_len 2, *pos = 1, " << seed_text()
+               << ": rule: any n_heads that is a multiple of n_kv_heads is valid. The call failed (" << first_line(e)
+               << "); from head 42950 on, h * n_kv_heads passes 2^31 - 1.\nhint: g = h / (n_heads / n_kv_heads), "
+                  "the header's formula, has no product to overflow; compute offsets in size_t.");
+  }
+}
+
+// The header bounds neither seq_len nor the caches: a wide model's cache over a long context
+// passes 2^31 floats, where an int row offset t * kv_dim wraps around to a negative one.
+// 4096 heads x 256 (kv_dim 2^20) over 2100 positions: row 2048 starts at float 2^31, and the
+// last 52 rows lie past it. The caches (8.8 GB each) are filled on the device; three heads
+// are checked against the double reference, from their columns of the caches.
+TEST_CASE("attention over caches of more than 2^31 floats (8.8 GB each: 64-bit row offsets)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31-float caches are left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  constexpr int kHeads = 4096, kHs = 256, kSeq = 2100;
+  const int last = kSeq - 1;
+  const std::size_t kv_dim = std::size_t(kHeads) * kHs, cache_n = kSeq * kv_dim;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  std::optional<wb::DeviceBuffer<float>> kc, vc;
+  try {  // another test process may take the memory between the check and the allocation
+    if (free_bytes >= 2 * cache_n * sizeof(float) + (1ull << 30)) {
+      kc.emplace(cache_n);
+      vc.emplace(cache_n);
+    }
+  } catch (const wb::CudaError& e) {
+    if (e.code() != cudaErrorMemoryAllocation) throw;
+    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
+  }
+  if (!vc) {
+    wb::testing::mark_skipped("skipped: the 2^31-float caches need 19 GB of free device memory, this GPU has " +
+                              std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  const std::string what = "ch08 attention, 4096 heads / 4096 KV heads x head_size 256, seq_len 2100, *pos = 2099 "
+                           "(caches of 2100 rows of 2^20 floats: row 2048 starts at float 2^31), " + seed_text();
+  const std::string rule =
+      "rule: any seq_len and kv_dim: row t of a cache starts at float t * kv_dim, past 2^31 here from row 2048 on."
+      "\nhint: compute cache offsets in 64 bits, (size_t)t * kv_dim + (size_t)g * head_size: an int product "
+      "wraps around to a negative offset at 2^31.";
+  auto rng = wb::rng_for("ch08/attention/2^31-cache");
+  const std::vector<float> q = wb::random_normal(std::size_t(kHeads) * kHs, 0.0f, 1.0f, rng);
+  wb::DeviceBuffer<float> q_buf(q), scores(std::size_t(kHeads) * kSeq);
+  wb::GuardedBuffer<float> out(q.size());
+  wb::DeviceBuffer<int> pos(1);
+  pos.upload(std::span<const int>(&last, 1));
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(kc->data(), cache_n, wb::base_seed(), -1.0f, 1.0f);
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(vc->data(), cache_n, wb::base_seed() + 1, -1.0f, 1.0f);
+  WB_CHECK_LAUNCH("fill_hashed_uniform");
+  WB_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got;
+  try {
+    Stream stream;
+    ch08::attention(out.data(), q_buf.data(), kc->data(), vc->data(), scores.data(), kHeads, kHeads, kHs, kSeq,
+                    pos.data(), stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    got = out.download();
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK(what << ": the call failed (" << first_line(e) << ").\n" << rule);
+    return;  // a fault is sticky: nothing more can run on this device
+  }
+  for (const int h : {0, kHeads / 2, kHeads - 1}) {
+    ref::AttentionProblem p;  // head h alone: its q and its columns of the caches
+    p.n_heads = p.n_kv_heads = 1;
+    p.head_size = kHs;
+    p.seq_len = kSeq;
+    p.pos = last;
+    p.q.assign(q.begin() + std::ptrdiff_t(h) * kHs, q.begin() + std::ptrdiff_t(h + 1) * kHs);
+    const auto column = [&](const wb::DeviceBuffer<float>& cache) {  // head h's floats of every row
+      std::vector<float> host(std::size_t(kSeq) * kHs);
+      WB_CUDA(cudaMemcpy2D(host.data(), kHs * sizeof(float), cache.data() + std::size_t(h) * kHs,
+                           kv_dim * sizeof(float), kHs * sizeof(float), kSeq, cudaMemcpyDeviceToHost));
+      return host;
+    };
+    p.key_cache = column(*kc);
+    p.value_cache = column(*vc);
+    const std::vector<double> expected = ref::attention(p);
+    const std::string bad = ref::mismatches(
+        std::span<const float>(got).subspan(std::size_t(h) * kHs, kHs), expected,
+        [&](std::size_t i) { return kAttTol.atol + kAttTol.rtol * std::fabs(expected[i]); },
+        [h](std::size_t i) {
+          return "out[" + std::to_string(std::size_t(h) * kHs + i) + "] (head " + std::to_string(h) +
+                 ", element " + std::to_string(i) + ")";
+        });
+    if (!bad.empty()) {
+      FAIL_CHECK(what << ": " << bad << "\n" << rule);
+      return;
+    }
+  }
+  const std::string overrun = out.overrun("out");
+  if (!overrun.empty())
+    FAIL_CHECK(what << ": rule: write only your own elements. The kernel " << overrun << ".");
 }
 
 // Last: every kernel of the reference (namespace ch08::kernels) must have run above.
