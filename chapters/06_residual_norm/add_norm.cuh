@@ -19,7 +19,9 @@
 //   RMSNorm (llama):              h = r / sqrt(mean(r^2) + eps) * weight   (no bias)
 //
 // Precision: the residual stream (x, r) is always fp32; delta and h are fp32, fp16 or bf16
-// (the overloads below); every sum is accumulated in fp32 or better. Across 32 layers of
+// (the overloads below); every sum is accumulated in fp32 or better, so a row's squares must
+// stay finite in fp32: r (RMSNorm) and its deviations from the mean (LayerNorm) below about
+// 1.8e19 = sqrt(FLT_MAX) in magnitude (a row past that is out of contract). Across 32 layers of
 // adds, a residual stream kept in half precision drifts away from the fp32 one (the
 // numerics test measures it): that is why r is fp32 here.
 //

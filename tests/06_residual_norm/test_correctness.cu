@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,7 @@
 
 #include "../lib/captured_graph.hpp"
 #include "../lib/enqueue_only.hpp"
+#include "../lib/hashed_fill.cuh"
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/owned_stream.hpp"
 #include "../lib/poisoned_shared_memory.cuh"
@@ -26,6 +28,7 @@
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
+#include "wb/kernel_coverage.hpp"  // quick(): under compute-sanitizer
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
@@ -77,25 +80,32 @@ struct Output {
 };
 
 // An fp32 LayerNorm problem on the device: its inputs uploaded into allocations of exactly their
-// size, r and h allocated; call() enqueues either implementation on it.
+// size, r and h allocated; call() enqueues either implementation on it. With `repeat` > 1 the
+// problem's rows are repeated that many times on the device (a long call without a host copy).
 struct OnDevice {
-  explicit OnDevice(const Problem& problem)
-      : p(problem), n(std::size_t(p.rows) * p.dim), x(n), delta(n), r(n), h(n), weight(p.dim), bias(p.dim) {
+  explicit OnDevice(const Problem& problem, int repeat = 1)
+      : p(problem), rows(p.rows * repeat), n(std::size_t(rows) * p.dim), x(n), delta(n), r(n), h(n),
+        weight(p.dim), bias(p.dim) {
     x.upload(p.x);
     delta.upload(p.delta);
+    for (std::size_t done = p.x.size(); done < n; done *= 2)
+      for (float* a : {x.data(), delta.data()})
+        WB_CUDA(cudaMemcpy(a + done, a, std::min(done, n - done) * sizeof(float), cudaMemcpyDeviceToDevice));
+    WB_CUDA(cudaDeviceSynchronize());  // a device-to-device copy does not wait for itself
     weight.upload(p.weight);
     bias.upload(p.bias);
   }
   void call(Impl impl, cudaStream_t stream) {
     const NormParams params{Norm::LayerNorm, weight.data(), bias.data(), p.eps};
     if (impl == Impl::Fused) {
-      ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), p.rows, p.dim, params, stream);
+      ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), rows, p.dim, params, stream);
     } else {
       ch06::residual_add(x.data(), delta.data(), r.data(), n, stream);
-      ch06::norm_rows(r.data(), h.data(), p.rows, p.dim, params, stream);
+      ch06::norm_rows(r.data(), h.data(), rows, p.dim, params, stream);
     }
   }
   const Problem& p;
+  const int rows;
   const std::size_t n;
   wb::DeviceBuffer<float> x, delta, r, h, weight, bias;
 };
@@ -415,6 +425,86 @@ TEST_CASE("rule: a call only enqueues work (no allocation, synchronization or ho
   }
 }
 
+// add_norm.cuh: all work enqueued on `stream`, and no allocation: a call has no memory but its
+// arguments. A server runs several sequences' layers at once, on several streams, so scratch of
+// the kernels' own (a __device__ array that passes a row's partial sums from one kernel to the
+// next) is written by two calls at once. A long call runs on one stream while eight short ones
+// come and go on another, of higher priority (the GPU schedules their blocks first, so they run
+// while the long call's blocks are still coming), each call with its own inputs and outputs:
+// rows of 20000 values, longer than a block's registers hold, where a design is most tempted to
+// split a row over blocks. Another call's rows are numbered from 0 too, so they land on the long
+// call's first rows in any scratch indexed by row. (Left out under compute-sanitizer, which runs
+// one kernel at a time.)
+TEST_CASE("two calls at once on two streams each get their own rows (no scratch of the kernels' own)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the tools run one kernel at a time, "
+                              "so two calls never overlap");
+    return;
+  }
+  constexpr int kRows = 16, kDim = 20000, kRepeat = 256, kShortCalls = 8, kChecked = 64;
+  const Problem long_rows = problem<float>(kRows, kDim, Norm::LayerNorm, Data::Typical, "two-streams/long");
+  Problem short_rows = problem<float>(kRows, kDim, Norm::LayerNorm, Data::Typical, "two-streams/short");
+  for (float& v : short_rows.x) v *= 10.0f;  // 10 times the spread: statistics that do not fit the long rows
+  for (float& v : short_rows.delta) v *= 10.0f;
+  Problem long_checked = long_rows;  // the long call's first kChecked rows
+  long_checked.rows = kChecked;
+  long_checked.x = long_checked.delta = {};
+  for (int i = 0; i < kChecked / kRows; ++i) {
+    long_checked.x.insert(long_checked.x.end(), long_rows.x.begin(), long_rows.x.end());
+    long_checked.delta.insert(long_checked.delta.end(), long_rows.delta.begin(), long_rows.delta.end());
+  }
+  int least = 0, greatest = 0;
+  WB_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  const wb::testing::OwnedStream stream_a(cudaStreamNonBlocking, least), stream_b(cudaStreamNonBlocking, greatest);
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    OnDevice long_call(long_rows, kRepeat);
+    std::vector<std::unique_ptr<OnDevice>> short_calls;
+    for (int i = 0; i < kShortCalls; ++i) short_calls.push_back(std::make_unique<OnDevice>(short_rows));
+    long_call.r.poison();
+    long_call.h.poison();
+    for (auto& c : short_calls) {
+      c->r.poison();
+      c->h.poison();
+    }
+    WB_CUDA(cudaDeviceSynchronize());
+    long_call.call(impl, stream_a.s);  // then the short ones while it runs
+    for (auto& c : short_calls) c->call(impl, stream_b.s);
+    WB_CUDA(cudaStreamSynchronize(stream_a.s));
+    WB_CUDA(cudaStreamSynchronize(stream_b.s));
+
+    const std::string what = what_of<float>(impl) + ", two calls at once on two streams (" +
+                             std::to_string(long_call.rows) + "x" + std::to_string(kDim) + " on stream A, and " +
+                             std::to_string(kShortCalls) + " calls of " + std::to_string(kRows) + "x" +
+                             std::to_string(kDim) + " on stream B, of higher priority, while it runs)";
+    std::vector<float> r(long_checked.x.size()), h(long_checked.x.size());
+    WB_CUDA(cudaMemcpy(r.data(), long_call.r.data(), r.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    WB_CUDA(cudaMemcpy(h.data(), long_call.h.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::string failure = ch06::reference::check_residual(long_checked, r, what + ", the long call's first rows") +
+                          ch06::reference::check_normalized(long_checked, ch06::reference::residual(long_checked), h,
+                                                            ch06::reference::kHFp32Tol, what + ", the long call's first rows");
+    for (std::size_t i = 0; i < short_calls.size() && failure.empty(); ++i) {
+      const std::string call = what + ", short call " + std::to_string(i + 1);
+      const std::vector<float> short_r = short_calls[i]->r.download();
+      failure = ch06::reference::check_residual(short_rows, short_r, call) +
+                ch06::reference::check_normalized(short_rows, ch06::reference::residual(short_rows),
+                                                  short_calls[i]->h.download(), ch06::reference::kHFp32Tol, call);
+    }
+    if (!failure.empty()) {
+      FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed()
+                         << ": wrong results with two calls running at once (the cases above check each call "
+                            "alone).\nrule: all work enqueued on `stream`, nothing allocated: a "
+                            "call's only memory is its arguments, so two calls running at once, each with its own x, "
+                            "delta, r and h, must not see each other.\nhint: keep a row's partial sums in registers "
+                            "and shared memory (one block per row); a __device__ array or a static buffer that passes "
+                            "them from one kernel to the next is one for the whole process, and every call running at "
+                            "the time writes it.\n"
+                         << failure);
+      return;
+    }
+  }
+}
+
 TEST_CASE("more rows than a grid's y or z dimension holds (70000 rows)") {
   WB_REQUIRE_GPU();
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
@@ -726,6 +816,105 @@ TEST_CASE("32 layers of adds: the residual stream stays fp32 (an fp16 one drifts
                     << "(an fp16 stream is off by up to " << fp16_err << ", fp32 by " << fp32_err
                     << ").\nhint: r = x + float(delta), stored as a float: never round r through "
                        "half precision, even when delta and h are half.");
+}
+
+// ---------------------------------------------------------------------------------------
+// More than 2^32 elements in one call ("any rows and dim"): 32769 rows of 131072 values (longer
+// than a block's registers hold) and 262163 rows of 16383 (odd: one value at a time), fp16 delta
+// and h (x and r fp32: 51.5 GB in all). A row starts at row * dim: past 2^31 from row 16384
+// (131081) on, past 2^32 from row 32768 (262161) on. An offset computed in int goes negative
+// there, and one computed in 32-bit unsigned (blockIdx.x * dim: two 32-bit numbers, widened only
+// after the multiply, whatever type is on the left) wraps to the start of the matrix, so the
+// last rows are never written. x is uniform in [-2, 2) from the seed, made on the device, and
+// delta 0 (r = x); the rows on both sides of each boundary and the last are poisoned before each
+// call and checked after. Last before the kernel coverage (a fault is sticky); skipped on a GPU
+// without the memory and under compute-sanitizer. (The packed kernels' offsets, row * dim / 4
+// packs, wrap only past 2^34 elements, more than a GPU holds.)
+TEST_CASE("more than 2^32 elements in one call (64-bit row offsets)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^32-element case is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  const Shape shapes[] = {{32769, 131072}, {262163, 16383}};
+  std::size_t n = 0;
+  for (const Shape s : shapes) n = std::max(n, std::size_t(s.rows) * s.dim);
+  const std::size_t need = n * 2 * (sizeof(float) + sizeof(__half)) + (1ull << 30);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < need) {
+    wb::testing::mark_skipped("skipped: the 2^32-element case needs " + std::to_string((need >> 30) + 1) +
+                              " GB of free device memory, this GPU has " + std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  const std::string rule =
+      "\nrule: any rows and dim: one call may hold more than 2^31 and 2^32 elements.\nhint: compute a row's "
+      "offset in 64 bits, static_cast<std::size_t>(row) * dim: blockIdx.x * dim multiplies two 32-bit numbers "
+      "and wraps before the size_t on the left sees the product.";
+  std::string what = "fp16 (more than 2^32 elements in one call)";
+  try {
+    wb::DeviceBuffer<float> x(n), r(n);
+    wb::DeviceBuffer<__half> delta(n), h(n);
+    wb::testing::fill_hashed_uniform<<<4096, 256>>>(x.data(), n, wb::base_seed(), -2.0f, 2.0f);
+    WB_CHECK_LAUNCH("fill_hashed_uniform");
+    WB_CUDA(cudaMemset(delta.data(), 0, delta.bytes()));
+    for (const Shape s : shapes) {
+      auto rng = wb::rng_for("ch06/more-than-2^32/" + std::to_string(s.dim));
+      const std::vector<float> weight = wb::random_uniform(s.dim, 0.5f, 1.5f, rng);
+      const std::vector<float> bias = wb::random_uniform(s.dim, -1.0f, 1.0f, rng);
+      const wb::DeviceBuffer<float> weight_dev(weight), bias_dev(bias);
+      const NormParams params{Norm::LayerNorm, weight_dev.data(), bias_dev.data(), 1e-5f};
+      const int past_2_31 = int(((1ull << 31) + s.dim - 1) / s.dim), past_2_32 = int(((1ull << 32) + s.dim - 1) / s.dim);
+      const int checked[] = {0, past_2_31 - 1, past_2_31, past_2_32 - 1, past_2_32, s.rows - 1};
+      for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+        what = what_of<__half>(impl) + ", " + std::to_string(s.rows) + "x" + std::to_string(s.dim) +
+               " (more than 2^32 elements in one call; row " + std::to_string(past_2_31) + " starts past 2^31, row " +
+               std::to_string(past_2_32) + " past 2^32)";
+        for (const int row : checked) {
+          WB_CUDA(cudaMemset(r.data() + std::size_t(row) * s.dim, 0xFF, s.dim * sizeof(float)));
+          WB_CUDA(cudaMemset(h.data() + std::size_t(row) * s.dim, 0xFF, s.dim * sizeof(__half)));
+        }
+        if (impl == Impl::Fused) {
+          ch06::add_norm_fused(x.data(), delta.data(), r.data(), h.data(), s.rows, s.dim, params, nullptr);
+        } else {
+          ch06::residual_add(x.data(), delta.data(), r.data(), std::size_t(s.rows) * s.dim, nullptr);
+          ch06::norm_rows(r.data(), h.data(), s.rows, s.dim, params, nullptr);
+        }
+        WB_CUDA(cudaDeviceSynchronize());
+        for (const int row : checked) {  // each as a problem of one row
+          Problem p;
+          p.rows = 1;
+          p.dim = s.dim;
+          p.x.resize(s.dim);
+          p.delta.assign(s.dim, 0.0f);
+          p.weight = weight;
+          p.bias = bias;
+          std::vector<float> got_r(s.dim), got_h(s.dim);
+          std::vector<__half> h_half(s.dim);
+          const std::size_t at = std::size_t(row) * s.dim;
+          WB_CUDA(cudaMemcpy(p.x.data(), x.data() + at, s.dim * sizeof(float), cudaMemcpyDeviceToHost));
+          WB_CUDA(cudaMemcpy(got_r.data(), r.data() + at, s.dim * sizeof(float), cudaMemcpyDeviceToHost));
+          WB_CUDA(cudaMemcpy(h_half.data(), h.data() + at, s.dim * sizeof(__half), cudaMemcpyDeviceToHost));
+          for (int i = 0; i < s.dim; ++i) got_h[i] = __half2float(h_half[i]);
+          const std::string row_what = what + ", row " + std::to_string(row) + " (checked alone: [0, i] is its column i)";
+          const std::string failure = ch06::reference::check_residual(p, got_r, row_what) +
+                                      ch06::reference::check_normalized(p, ch06::reference::residual(p), got_h,
+                                                                        ch06::reference::kHFp16Tol, row_what);
+          if (!failure.empty()) {
+            FAIL_CHECK(failure << rule);
+            return;
+          }
+        }
+      }
+    }
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string error = e.what();
+    FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed() << ": the call failed: "
+                       << error.substr(0, error.find('\n')) << rule);
+    // A fault is sticky: nothing more can run on this device (this case is last for that).
+  }
 }
 
 // Last: every kernel of the reference (both fused paths, the add and the norm, for fp32,

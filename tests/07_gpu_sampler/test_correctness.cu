@@ -40,6 +40,7 @@
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
 #include "wb/testing.hpp"
+#include "wb/timing.hpp"  // launch_spin_kernel
 
 namespace {
 
@@ -911,6 +912,29 @@ std::vector<DistributionCase> distribution_cases() {
     cases.push_back({"top_k 16384 on a row of 32768 with 24576 masked (k above its 8192 finite logits)",
                      masked_row(32768, 8192), SamplingParams{1.0f, 16384, 1.0f, 34, 0}, true,
                      large_k_note, /*only_after_passes=*/true});
+  }
+  {  // top_p alone on a row wider than step 3's 1024 candidates, whose tokens past rank 1024
+     // hold a real share of the mass (16%): one token holds half of it, 2047 logits of
+     // N(0, 0.5^2) the rest, and the nucleus is 657 tokens (it fits in the candidates). On the
+     // 151936-wide rows above the tail past rank 1024 holds under 1%, too little to show a
+     // target taken from the candidates' mass instead of the whole row's.
+    std::vector<float> row = normal_row(2048, 0.5f, rng);
+    double rest = 0;
+    for (int i = 0; i < 2048; ++i)
+      if (i != 1500) rest += std::exp(static_cast<double>(row[i]));
+    row[1500] = static_cast<float>(std::log(rest));  // p = 1/2
+    SamplingParams p{1.0f, 0, 1.0f, 35, 0};
+    p.top_p = top_p_for_nucleus(row, p, 657);
+    const std::string note =
+        "\nthis row: 2048 logits, token 1500 holding half the mass and 2047 logits of N(0, 0.5^2) the "
+        "rest; top_k off and top_p = 0.75 keep the 657 most likely tokens. With top_k off, top_p's "
+        "target is top_p times the mass top_k kept, which is the WHOLE row (1): the first 1024 tokens "
+        "hold only about 84% of it, and a target of top_p x 0.84 cuts the nucleus at about 280 tokens "
+        "(token 1500 then drawn about 79% of the time instead of 67%).\nhint: with top_k off (0 or >= vocab) the target "
+        "is top_p itself (the softmax sums to 1 over the row); sum a kept mass only when top_k keeps "
+        "fewer tokens than the row has.";
+    cases.push_back({"top_p alone on a 2048-wide row whose tokens past rank 1024 hold 16% of the mass",
+                     row, p, false, note});
   }
   return cases;
 }
@@ -1823,6 +1847,60 @@ void fused_two_calls_at_once() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Steps 2 and 3 are objects: what the constructor sets up on the device (every row's token ids,
+// the rows' offsets for the segmented sort) must be there for the first sample(), on any stream.
+// A constructor's plain <<<...>>> launches go to the legacy default stream, which a stream made
+// with cudaStreamNonBlocking does not wait for, and the legacy stream may be busy with other
+// work: here a kernel that holds it for 200 ms, launched just before the constructor. The first
+// call (greedy, on a non-blocking stream) must return every row's argmax. A constructor that
+// returns before its kernels ran sorts rows whose offsets and ids are still whatever the fresh
+// allocations held (garbage tokens, or a fault, which is sticky: these cases come after every
+// case that cannot fault but the "any shape" ones).
+void first_call_after_the_constructor(Step step) {
+  const int rows = 4, vocab = 32000;
+  std::mt19937_64 rng = wb::rng_for("ch07/first-call-after-the-constructor");
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    row[1000 + 7919 * r] = *std::max_element(row.begin(), row.end()) + 1.0f;  // never column 0
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  const wb::DeviceBuffer<float> device_logits(logits);  // uploaded, the copy done
+  const wb::testing::OwnedStream stream;                // non-blocking
+  const SamplingParams params{0.0f, 0, 1.0f, 0, 0};
+  Draws d;
+  d.tokens.assign(rows, ch07::testing::kPoisonToken);
+  d.confidence.assign(rows, std::nanf(""));
+  const std::string head = failure_head(step, "the first call after the constructor, on a non-blocking stream "
+                                              "while the legacy default stream is busy", rows, vocab, params);
+  const std::string rule =
+      "\nrule: an object is ready when its constructor returns: sample() on ANY stream (here one made with "
+      "cudaStreamNonBlocking, which does not wait for the legacy default stream) must see everything the "
+      "constructor set up on the device.\nhint: the constructor's kernels (token ids, row offsets) run on the "
+      "legacy default stream, behind whatever is queued there: wait for them before the constructor returns "
+      "(cudaDeviceSynchronize, once: the constructor is not the hot path), or make sample() wait for them "
+      "(an event recorded after them, cudaStreamWaitEvent on the caller's stream).";
+  wb::launch_spin_kernel(200e6, nullptr);  // the legacy default stream: busy for 200 ms
+  try {
+    if (step == Step::SortThenCpu) {
+      ch07::SortThenCpuSampler sampler(rows, vocab);
+      sampler.sample(device_logits.data(), rows, params, d.tokens.data(), d.confidence.data(), stream.s);
+    } else {
+      ch07::TopCandidatesSampler sampler(rows, vocab);
+      sampler.sample(device_logits.data(), rows, params, d.tokens.data(), d.confidence.data(), stream.s);
+    }
+    WB_CUDA(cudaDeviceSynchronize());
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(head << "the call failed: " << first_line_of(e) << rule);
+    return;
+  }
+  const std::string failure = check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), d);
+  if (!failure.empty()) FAIL_CHECK(head << failure << rule);
+}
+
+// ---------------------------------------------------------------------------------------
 // Any shape: steps 2 and 3 take any max_rows (max_rows x vocab within an int, CUB's item
 // count); step 4 has no max_rows and no limit on rows x vocab. These are last in the file
 // (before the kernel coverage): a fault is a sticky CUDA error that ends every later test of
@@ -1869,7 +1947,8 @@ void more_rows_than_grid_y(Step step) {
 // 14144 x 151936 = 2148982784 logits (8.6 GB): row * vocab passes 2^31 from row 14135 on. Each
 // row's logits are uniform in [-8, 8) but one, planted at 18: the argmax, and with top_k 50 +
 // top_p 0.9 the only token kept (e^18 is 99.8% of the top 50's mass), so every row's token
-// is known; the confidence is checked on some rows against double precision.
+// is known; the confidence is checked on some rows against double precision. Last, a second
+// maximum in every row: each row's draw then shows which rule-4 number it used.
 void fused_more_than_2_31_logits() {
   if (wb::coverage::quick()) {
     wb::testing::mark_skipped("skipped: the 2^31-logit case is left out under compute-sanitizer / WB_QUICK");
@@ -1964,6 +2043,50 @@ void fused_more_than_2_31_logits() {
                         << "\nhint: write tokens[r] and confidence[r] only for r < rows.");
         return;
       }
+    }
+    // Rule 4 at this size: a second 18 beside every row's planted one (two equal maxima, the only
+    // tokens top_k 50 + top_p 0.9 keep), so each row's token shows which side of 1/2 its number
+    // fell on, as in draws_use_the_rule4_number. A call launched as several batches of rows (to keep
+    // int offsets within each) must still draw row r with draw_uniform(seed, step, r), r its row
+    // in the CALL; with this seed, 6 of the 10 rows past a batch boundary at row 14134 fall on
+    // the other side of 1/2 than the rows 0 to 9 whose numbers a batch-local index would reuse.
+    const SamplingParams params{1.0f, 50, 0.9f, 61, 0};
+    head = failure_head(Step::Fused, what + ", two equal maxima in every row", rows, vocab, params);
+    plant_one_per_row<<<(rows + 255) / 256, 256, 0, stream.s>>>(logits.data(), rows, vocab, salt + 1, planted);
+    WB_CHECK_LAUNCH("plant_one_per_row");
+    WB_CUDA(cudaMemsetAsync(tokens.data(), 0x7F, tokens.bytes(), stream.s));  // kPoisonToken
+    ch07::sample_fused(logits.data(), rows, vocab, params, tokens.data(), confidence.data(),
+                       workspace.data(), workspace.bytes(), stream.s);
+    wb::DeviceBuffer<float> numbers(rows);
+    rule4_numbers<<<(rows + 255) / 256, 256, 0, stream.s>>>(params.seed, params.step, rows, numbers.data());
+    WB_CHECK_LAUNCH("rule4_numbers");
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    const std::vector<int> got = tokens.download();
+    const std::vector<float> u = numbers.download();
+    // wrong[0]: rows against a walk that draws the lower column for u <= 1/2; wrong[1]: the higher.
+    int wrong[2] = {0, 0}, example[2] = {-1, -1};
+    for (int r = 0; r < rows; ++r) {
+      const int a = planted_column(r, vocab, salt), b = planted_column(r, vocab, salt + 1);
+      if (got[r] != a && got[r] != b) {
+        FAIL_CHECK(head << "row " << r << " gave token " << got[r] << ", not one of its two maxima (columns " << a
+                        << " and " << b << ", logit " << planted << ", the only tokens kept)."
+                        << (r >= boundary ? "\n" + rule : std::string()));
+        return;
+      }
+      if (std::abs(u[r] - 0.5f) < 1e-3f) continue;  // how u * mass rounds there is the sampler's
+      for (int first = 0; first < 2; ++first)
+        if (got[r] != ((u[r] <= 0.5f) == (first == 0) ? std::min(a, b) : std::max(a, b)) && wrong[first]++ == 0)
+          example[first] = r;
+    }
+    if (wrong[0] > 0 && wrong[1] > 0) {
+      const int first = wrong[0] <= wrong[1] ? 0 : 1, r = example[first];
+      FAIL_CHECK(head << "rule 4: row r of a call draws with u = draw_uniform(seed, step, r). Every row here "
+                         "holds two equal maxima, so a walk that puts the " << (first == 0 ? "lower" : "higher")
+                      << " column first draws it for u <= 1/2 and the other above, yet " << wrong[first] << " of "
+                      << rows << " rows drew the other one; the first is row " << r << " (token " << got[r]
+                      << ", u = " << u[r] << ").\nhint: r is the row's index in the whole call: a call "
+                         "launched as several batches of rows passes each batch's first row to its kernel "
+                         "and draws with draw_uniform(seed, step, first_row + row).");
     }
   } catch (const wb::NotImplemented&) {
     throw;
@@ -2067,6 +2190,17 @@ TEST_CASE("step 1 (CPU sampler): the result does not depend on the number of thr
   Runner one(Step::Cpu, logits, rows, vocab, 1), many(Step::Cpu, logits, rows, vocab, 7);
   const Draws a = one.run(params), b = many.run(params);
   CHECK_MESSAGE(a.tokens == b.tokens, "ch07 sample_cpu: 1 thread and 7 threads drew different tokens");
+}
+
+// Before the "any shape" cases: a constructor whose kernels had not run can fault (see
+// first_call_after_the_constructor).
+TEST_CASE("step 2 (sort, then the CPU): the first call after the constructor sees what it set up, on any stream") {
+  WB_REQUIRE_GPU();
+  first_call_after_the_constructor(Step::SortThenCpu);
+}
+TEST_CASE("step 3 (top candidates): the first call after the constructor sees what it set up, on any stream") {
+  WB_REQUIRE_GPU();
+  first_call_after_the_constructor(Step::TopCandidates);
 }
 
 // Any shape: after every other case, since a fault here would be sticky (see
