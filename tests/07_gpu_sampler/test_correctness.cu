@@ -1901,6 +1901,71 @@ void first_call_after_the_constructor(Step step) {
 }
 
 // ---------------------------------------------------------------------------------------
+// sampler.cuh asks for logits in device memory, not for aligned logits: a caller may hand a
+// view (the logits of one sequence inside a batch's buffer). Every other test's logits start on
+// a 256-byte boundary, and with vocab a multiple of 4 every row then starts on a 16-byte one, so
+// a float4 load whose alignment was worked out from row * vocab alone passes them. Here the
+// logits start one float past a 16-byte boundary, vocab 8192: no row is aligned. Greedy and
+// sampled, each row's token checked against the contract. (A misaligned float4 load is a sticky
+// fault: these cases come with the ones that may fault, before the "any shape" ones.)
+void logits_one_float_past_a_boundary(Step step) {
+  const int rows = 4, vocab = 8192;
+  std::mt19937_64 rng = wb::rng_for("ch07/unaligned-logits");
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, 2.0f, rng);
+    boost_head(row, 8, 3.0f, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  std::vector<float> padded(1, std::nanf(""));  // the float before the view: read, it makes the row bad
+  padded.insert(padded.end(), logits.begin(), logits.end());
+  const wb::DeviceBuffer<float> buffer(padded);
+  const float* view = buffer.data() + 1;
+  const wb::testing::OwnedStream stream;
+  for (const SamplingParams& params : {SamplingParams{0.0f, 0, 1.0f, 0, 0}, SamplingParams{1.0f, 40, 0.95f, 36, 0}}) {
+    const std::string head = failure_head(step, "logits one float past a 16-byte boundary (a view)", rows, vocab, params);
+    Draws d;
+    d.tokens.assign(rows, ch07::testing::kPoisonToken);
+    d.confidence.assign(rows, std::nanf(""));
+    try {
+      if (step == Step::SortThenCpu) {
+        ch07::SortThenCpuSampler sampler(rows, vocab);
+        sampler.sample(view, rows, params, d.tokens.data(), d.confidence.data(), stream.s);
+      } else if (step == Step::TopCandidates) {
+        ch07::TopCandidatesSampler sampler(rows, vocab);
+        sampler.sample(view, rows, params, d.tokens.data(), d.confidence.data(), stream.s);
+      } else {
+        wb::DeviceBuffer<int> tokens(rows);
+        wb::DeviceBuffer<float> confidence(rows);
+        WB_CUDA(cudaMemsetAsync(tokens.data(), 0x7F, tokens.bytes(), stream.s));  // kPoisonToken
+        WB_CUDA(cudaMemsetAsync(confidence.data(), 0xFF, confidence.bytes(), stream.s));
+        wb::DeviceBuffer<unsigned char> workspace(ch07::fused_sampler_workspace_bytes(rows, vocab));
+        ch07::sample_fused(view, rows, vocab, params, tokens.data(), confidence.data(), workspace.data(),
+                           workspace.bytes(), stream.s);
+        WB_CUDA(cudaStreamSynchronize(stream.s));
+        d.tokens = tokens.download();
+        d.confidence = confidence.download();
+      }
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::exception& e) {
+      FAIL_CHECK(head << "the call failed: " << first_line_of(e)
+                      << "\nrule: logits may start at any float in device memory (a view into a larger "
+                         "buffer).\nhint: a float4 load needs a 16-byte aligned address: work out each row's "
+                         "alignment from its own address, reinterpret_cast<uintptr_t>(logits + row * vocab) % 16, "
+                         "not from row * vocab alone, and load the floats before the first boundary one by one.");
+      return;
+    }
+    const std::string failure = check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), d);
+    if (!failure.empty()) {
+      FAIL_CHECK(head << failure);
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Any shape: steps 2 and 3 take any max_rows (max_rows x vocab within an int, CUB's item
 // count); step 4 has no max_rows and no limit on rows x vocab. These are last in the file
 // (before the kernel coverage): a fault is a sticky CUDA error that ends every later test of
@@ -2201,6 +2266,19 @@ TEST_CASE("step 2 (sort, then the CPU): the first call after the constructor see
 TEST_CASE("step 3 (top candidates): the first call after the constructor sees what it set up, on any stream") {
   WB_REQUIRE_GPU();
   first_call_after_the_constructor(Step::TopCandidates);
+}
+
+TEST_CASE("step 2 (sort, then the CPU): logits one float past a 16-byte boundary (a view)") {
+  WB_REQUIRE_GPU();
+  logits_one_float_past_a_boundary(Step::SortThenCpu);
+}
+TEST_CASE("step 3 (top candidates): logits one float past a 16-byte boundary (a view)") {
+  WB_REQUIRE_GPU();
+  logits_one_float_past_a_boundary(Step::TopCandidates);
+}
+TEST_CASE("step 4 (fused): logits one float past a 16-byte boundary (a view)") {
+  WB_REQUIRE_GPU();
+  logits_one_float_past_a_boundary(Step::Fused);
 }
 
 // Any shape: after every other case, since a fault here would be sticky (see
