@@ -108,6 +108,7 @@ void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<T>& v
     std::fflush(stdout);
   }
   std::printf("\n");
+  std::fflush(stdout);  // before the next progress line on stderr, in a log that holds both
 }
 
 // How far ahead the weights are asked of L2, and how long a block sleeps between two polls
