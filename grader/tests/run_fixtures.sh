@@ -63,10 +63,12 @@ grade_fixture() {
 # A fixture whose verdict depends on measured times must have the GPU to itself: one that must
 # pass timing (all-references, the variants), one with a score floor, and chapter 00's (its
 # correctness tests time known kernels). Another process's kernels, time-sliced into a
-# measurement, read as "work escaped the stream" (seen with four graders on one H200).
+# measurement, read as "work escaped the stream" (seen with four graders on one H200). So must
+# one whose catching case needs much of the GPU's memory (its expected.json says "alone": why):
+# beside other graders that case skips, and the mistake passes.
 needs_quiet_gpu() {
   local dir="$repo/grader/acceptance/$1"
-  [[ $1 == 00-* || $1 == all-* ]] || grep -qE '"(passing_timing|min_score|full_marks)"' "$dir/expected.json"
+  [[ $1 == 00-* || $1 == all-* ]] || grep -qE '"(passing_timing|min_score|full_marks|alone)"' "$dir/expected.json"
 }
 
 jobs=${WB_FIXTURE_JOBS:-1}
