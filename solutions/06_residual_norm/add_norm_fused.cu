@@ -2,7 +2,7 @@
 //
 // A block (or, for short rows, a warp) per row. Each thread keeps its share of the row in
 // registers, so the row crosses device memory once on the way in (x, delta) and once on the
-// way out (r, h): 16 bytes per element in fp32, where the unfused pair moves 24 (r is
+// way out (r, h): 16 bytes per element in fp32, where the unfused pair moves 20 (r is
 // written by the add and read again by the norm) and pays a second launch.
 //
 // The statistics are the numerically careful part:
