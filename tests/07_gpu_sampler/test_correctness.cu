@@ -107,6 +107,19 @@ void boost_head(std::vector<float>& row, int head, float boost, std::mt19937_64&
   for (int i = 0; i < head; ++i) row[pick(rng)] += boost;
 }
 
+// `rows` peaked rows one after another (row-major): each normal_row(vocab, sigma), then
+// boost_head(head, boost), drawn from `rng` in that order.
+std::vector<float> peaked_rows(int rows, int vocab, float sigma, int head, float boost, std::mt19937_64& rng) {
+  std::vector<float> logits;
+  logits.reserve(static_cast<std::size_t>(rows) * vocab);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row = normal_row(vocab, sigma, rng);
+    boost_head(row, head, boost, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
 void mask_some(std::vector<float>& row, double fraction, std::mt19937_64& rng) {
   std::bernoulli_distribution masked(fraction);
   const int keep = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
@@ -1190,12 +1203,7 @@ void determinism(Step step) {
   const bool racecheck = wb::coverage::racecheck();  // fewer rows: see kRacecheckRows
   for (const Shape s : {Shape{racecheck ? 30 : 300, 1000}, Shape{racecheck ? 2 : 16, 151936}}) {
     std::mt19937_64 rng = wb::rng_for("ch07/determinism/" + shape_of(s.rows, s.vocab));
-    std::vector<float> logits;
-    for (int r = 0; r < s.rows; ++r) {
-      std::vector<float> row = normal_row(s.vocab, 2.0f, rng);
-      boost_head(row, 30, 5.0f, rng);
-      logits.insert(logits.end(), row.begin(), row.end());
-    }
+    const std::vector<float> logits = peaked_rows(s.rows, s.vocab, 2.0f, 30, 5.0f, rng);
     Runner runner(step, logits, s.rows, s.vocab);
     const SamplingParams params{0.8f, 50, 0.9f, 99, 5};
     const Draws a = runner.run(params);
@@ -1584,12 +1592,7 @@ void bytes_to_host(Step step) {
   }
   const int rows = 16, vocab = 151936;
   std::mt19937_64 rng = wb::rng_for("ch07/bytes");
-  std::vector<float> logits;
-  for (int r = 0; r < rows; ++r) {
-    std::vector<float> row = normal_row(vocab, 2.0f, rng);
-    boost_head(row, 30, 6.0f, rng);
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
+  const std::vector<float> logits = peaked_rows(rows, vocab, 2.0f, 30, 6.0f, rng);
   Runner runner(step, logits, rows, vocab);
   const SamplingParams params{1.0f, 50, 0.9f, 5, 0};
   runner.run(params);  // warm: the first call may set things up
@@ -1649,12 +1652,7 @@ void rule7_no_sync_alloc_copy(Runner& runner, const SamplingParams& params) {
 void fused_rule7_and_graphs() {
   const int rows = 16, vocab = 151936;
   std::mt19937_64 rng = wb::rng_for("ch07/graph");
-  std::vector<float> logits;
-  for (int r = 0; r < rows; ++r) {
-    std::vector<float> row = normal_row(vocab, 2.0f, rng);
-    boost_head(row, 30, 6.0f, rng);
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
+  const std::vector<float> logits = peaked_rows(rows, vocab, 2.0f, 30, 6.0f, rng);
   Runner runner(Step::Fused, logits, rows, vocab);
   const SamplingParams sampled{0.8f, 50, 0.9f, 77, 9};
   rule7_no_sync_alloc_copy(runner, sampled);
@@ -1911,12 +1909,7 @@ void first_call_after_the_constructor(Step step) {
 void logits_one_float_past_a_boundary(Step step) {
   const int rows = 4, vocab = 8192;
   std::mt19937_64 rng = wb::rng_for("ch07/unaligned-logits");
-  std::vector<float> logits;
-  for (int r = 0; r < rows; ++r) {
-    std::vector<float> row = normal_row(vocab, 2.0f, rng);
-    boost_head(row, 8, 3.0f, rng);
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
+  const std::vector<float> logits = peaked_rows(rows, vocab, 2.0f, 8, 3.0f, rng);
   std::vector<float> padded(1, std::nanf(""));  // the float before the view: read, it makes the row bad
   padded.insert(padded.end(), logits.begin(), logits.end());
   const wb::DeviceBuffer<float> buffer(padded);
