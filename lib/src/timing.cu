@@ -13,6 +13,7 @@
 #include "wb/api_counter.hpp"
 #include "wb/check.hpp"
 #include "wb/device.hpp"
+#include "wb/global_timer.cuh"
 #include "wb/test_environment.hpp"
 #include "wb/upload.hpp"
 
@@ -25,16 +26,10 @@ const char* to_string(Clock c) { return c == Clock::Device ? "device" : "host"; 
 // Kernels of known cost: they calibrate the harness and chapter 00's tests.
 namespace {
 
-__device__ unsigned long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // One thread spins until `ns` nanoseconds have passed on the GPU's global timer.
 __global__ void spin_kernel(unsigned long long ns) {
-  const unsigned long long start = global_timer_ns();
-  while (global_timer_ns() - start < ns) {
+  const unsigned long long start = wb::global_timer_ns();
+  while (wb::global_timer_ns() - start < ns) {
   }
 }
 

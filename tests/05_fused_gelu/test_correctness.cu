@@ -30,6 +30,7 @@
 #include "reference.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/global_timer.cuh"
 #include "wb/guarded_buffer.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
@@ -549,17 +550,11 @@ TEST_CASE("fused and unfused GELU: two streams at once") {
 constexpr int kCells = 4;
 enum NeighbourWord { kStarted, kStop, kTimedOut, kLost, kLostCell, kLostWrote, kLostRead, kLast, kStateWords = kLast + kCells };
 
-__device__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __global__ void neighbour_kernel(unsigned* cells, unsigned* state, unsigned long long deadline_ns) {
   const int t = threadIdx.x;
   volatile unsigned* cell = cells + t;
   volatile unsigned* flags = state;
-  const unsigned long long begin = global_ns();
+  const unsigned long long begin = wb::global_timer_ns();
   if (t == 0) flags[kStarted] = 1;
   unsigned k = 0;
   for (;;) {
@@ -574,7 +569,7 @@ __global__ void neighbour_kernel(unsigned* cells, unsigned* state, unsigned long
       flags[kLostRead] = seen;
     }
     if (flags[kStop] != 0) break;
-    if (global_ns() - begin > deadline_ns) {
+    if (wb::global_timer_ns() - begin > deadline_ns) {
       flags[kTimedOut] = 1;
       break;
     }
@@ -583,8 +578,8 @@ __global__ void neighbour_kernel(unsigned* cells, unsigned* state, unsigned long
 }
 
 __global__ void wait_for_flag(const unsigned* flag, unsigned long long deadline_ns) {
-  const unsigned long long begin = global_ns();
-  while (*static_cast<const volatile unsigned*>(flag) == 0 && global_ns() - begin < deadline_ns) __nanosleep(100);
+  const unsigned long long begin = wb::global_timer_ns();
+  while (*static_cast<const volatile unsigned*>(flag) == 0 && wb::global_timer_ns() - begin < deadline_ns) __nanosleep(100);
 }
 
 __global__ void set_flag(unsigned* flag) { *static_cast<volatile unsigned*>(flag) = 1; }
@@ -689,8 +684,8 @@ __global__ void late_writer(const float* fresh, float* x, std::size_t n, unsigne
   cudaTriggerProgrammaticLaunchCompletion();  // dependents may launch now
 #endif
   if (threadIdx.x == 0) {
-    const unsigned long long begin = global_ns();
-    while (global_ns() - begin < delay_ns) {
+    const unsigned long long begin = wb::global_timer_ns();
+    while (wb::global_timer_ns() - begin < delay_ns) {
     }
   }
   __syncthreads();

@@ -25,6 +25,7 @@
 #include "token_loop.cuh"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/global_timer.cuh"
 #include "wb/model/checkpoint.hpp"
 #include "wb/model/data.hpp"
 #include "wb/model/generate.hpp"
@@ -91,11 +92,9 @@ void recheck(ch08::GpuDecoder& dec, const std::string& what) {
 
 // Spins until the host sets *open (mapped memory), or gives up after limit_ns (then *gave_up).
 __global__ void hold_stream(const volatile int* open, volatile int* gave_up, unsigned long long limit_ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long t0 = wb::global_timer_ns();
   while (*open == 0) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 > limit_ns) {
+    if (wb::global_timer_ns() - t0 > limit_ns) {
       *gave_up = 1;
       return;
     }
