@@ -72,23 +72,42 @@ needs_quiet_gpu() {
 }
 
 jobs=${WB_FIXTURE_JOBS:-1}
+# WB_FIXTURE_GPUS=G (a machine with G GPUs): the shared shards are spread over the GPUs, and the
+# fixtures that need a quiet GPU are graded G at a time, one on each GPU. Default 1 (the GPU
+# the environment gives).
+gpus=${WB_FIXTURE_GPUS:-1}
 shared=() quiet=()
 for name in "${fixtures[@]}"; do
   if [ "$jobs" -gt 1 ] && ! needs_quiet_gpu "$name"; then shared+=("$name"); else quiet+=("$name"); fi
 done
 verdicts="$out/verdicts.txt"
 : >"$verdicts"
-# WB_FIXTURE_JOBS=N: the fixtures that may share the GPU are graded N at a time (a shard each,
-# with its own build tree); the rest one at a time afterwards.
+# Runs the rest of its arguments with CUDA_VISIBLE_DEVICES set to GPU $1 when there are several.
+on_gpu() {
+  local gpu=$1; shift
+  if [ "$gpus" -gt 1 ]; then CUDA_VISIBLE_DEVICES=$gpu "$@"; else "$@"; fi
+}
+# WB_FIXTURE_JOBS=N: the fixtures that may share a GPU are graded N at a time on each GPU (a
+# shard each, with its own build tree); the rest one at a time on each GPU afterwards.
 if [ ${#shared[@]} -gt 0 ]; then
-  for ((slot = 0; slot < jobs; slot++)); do
-    (for ((i = slot; i < ${#shared[@]}; i += jobs)); do grade_fixture "${shared[$i]}" "$out/work$slot"; done \
-      >"$out/shard$slot.txt") &
+  slots=$((jobs * gpus))
+  for ((slot = 0; slot < slots; slot++)); do
+    (for ((i = slot; i < ${#shared[@]}; i += slots)); do
+       on_gpu $((slot % gpus)) grade_fixture "${shared[$i]}" "$out/work$slot"
+     done >"$out/shard$slot.txt") &
   done
   wait
-  for ((slot = 0; slot < jobs; slot++)); do cat "$out/shard$slot.txt"; done | tee -a "$verdicts"
+  for ((slot = 0; slot < slots; slot++)); do cat "$out/shard$slot.txt"; done | tee -a "$verdicts"
 fi
-for name in "${quiet[@]}"; do grade_fixture "$name" "$out/work"; done | tee -a "$verdicts"
+if [ ${#quiet[@]} -gt 0 ]; then
+  for ((g = 0; g < gpus; g++)); do
+    (for ((i = g; i < ${#quiet[@]}; i += gpus)); do
+       on_gpu "$g" grade_fixture "${quiet[$i]}" "$out/work-quiet$g"
+     done >"$out/quiet$g.txt") &
+  done
+  wait
+  for ((g = 0; g < gpus; g++)); do cat "$out/quiet$g.txt"; done | tee -a "$verdicts"
+fi
 passed=$(grep -c '^PASS ' "$verdicts")
 partial=$(grep -c '^PARTLY ' "$verdicts")
 failed=$(grep -c '^FAIL ' "$verdicts")
