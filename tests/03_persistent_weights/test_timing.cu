@@ -25,9 +25,17 @@ TEST_CASE("the 110M model decodes >= 5x faster than one CPU thread with persiste
   wb::model::Transformer cpu_all(model, all_threads, 0);
   const wb::model::Throughput base_all = wb::model::measure_throughput(cpu_all, 33);
 
+  // The work left on the CPU (attention, norms, RoPE) runs on one thread, like the baseline's:
+  // with all threads, each OpenMP region waits for its slowest thread, so on a machine busy
+  // with other work (tests side by side, a grader compiling the next submission) the GPU path
+  // lost to one CPU thread (seen on a 64-core H200 host: 322 ms a token outside the matmuls,
+  // against 0.74 ms when quiet). One thread costs the GPU path about 2 ms a token (the CPU
+  // rungs of data/results/03_persistent_weights-solution.json spend 2.7 ms a token outside the
+  // matmuls on one thread, 0.74 on 16), so about 17x one CPU thread instead of 28x: far
+  // above the 5x pass mark.
   ch03::PersistentMatvec p;
   auto backend = ch03_adapters::persistent_backend(p);
-  wb::model::Transformer gpu(model, backend, 0);
+  wb::model::Transformer gpu(model, backend, 1);
   const wb::model::Throughput got = wb::model::measure_throughput(gpu, 65);
 
   const double ratio = got.tokens_per_s / base.tokens_per_s;
