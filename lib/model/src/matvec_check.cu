@@ -1,6 +1,9 @@
 #include "wb/model/matvec_check.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
 
@@ -8,6 +11,7 @@
 #include "wb/check.hpp"
 #include "wb/guarded_buffer.hpp"
 #include "wb/random.hpp"
+#include "wb/timing.hpp"
 
 namespace wb::model {
 
@@ -41,6 +45,26 @@ Inputs make_inputs(int n, int d, const MatvecCheck& check) {
   return in;
 }
 
+// How long the work queued on the test's stream ahead of the launch runs (a spin kernel):
+// longer than launching and running a small matvec, so a launch on another stream finishes first.
+constexpr double kQueuedAheadNs = 500e3;
+
+bool all_poison(const std::vector<float>& y) {
+  return std::all_of(y.begin(), y.end(), [](float v) { return std::bit_cast<std::uint32_t>(v) == 0xFFFFFFFFu; });
+}
+
+// The diagnosis of a y left all poison: the same call again with nothing queued on `stream`
+// and the device idle; true when it then writes y (it ran, but off `stream`).
+bool writes_when_stream_idle(const DeviceMatvec& launch, GuardedBuffer<float>& y, const GuardedBuffer<float>& x,
+                             const GuardedBuffer<float>& W, int n, int d, cudaStream_t stream) {
+  y.poison(stream);
+  WB_CUDA(cudaDeviceSynchronize());
+  launch(y.data(), x.data(), W.data(), n, d, stream);
+  WB_CUDA(cudaGetLastError());
+  WB_CUDA(cudaDeviceSynchronize());
+  return !all_poison(y.download());
+}
+
 CompareSpec spec_for(int n, int d, const MatvecCheck& check) {
   CompareSpec spec;
   spec.chapter = check.chapter;
@@ -60,12 +84,27 @@ CompareResult check_device_matvec(const DeviceMatvec& launch, int n, int d, cons
   GuardedBuffer<float> W{std::span<const float>(in.W)}, x{std::span<const float>(in.x)}, y{std::size_t(d)};
   cudaStream_t stream;
   WB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The poison goes on `stream` behind a spin, so a launch that ignores `stream` (the legacy
+  // default stream does not wait for a non-blocking stream) runs first and has its y
+  // overwritten: a result that depends on the stream, not on luck.
+  launch_spin_kernel(kQueuedAheadNs, stream);
   y.poison(stream);
   launch(y.data(), x.data(), W.data(), n, d, stream);
   WB_CUDA(cudaGetLastError());
   WB_CUDA(cudaStreamSynchronize(stream));
-  WB_CUDA(cudaStreamDestroy(stream));
   const CompareSpec spec = spec_for(n, d, check);
+  if (d > 0 && all_poison(y.download()) && writes_when_stream_idle(launch, y, x, W, n, d, stream)) {
+    WB_CUDA(cudaStreamDestroy(stream));
+    CompareResult r;
+    r.message = "chapter " + check.chapter + ", " + spec.what + ": rule: " + check.what +
+                " enqueues its work on `stream`. Behind work already queued on `stream` (a " +
+                "kernel, then y poisoned), y came back untouched; with `stream` idle, the same " +
+                "call writes y. So the kernel ran on another stream, before that work.\nhint: " +
+                "launch with <<<grid, block, 0, stream>>>: without the stream, the launch goes " +
+                "to the default stream, which does not wait for a non-blocking stream's work.";
+    return r;
+  }
+  WB_CUDA(cudaStreamDestroy(stream));
   if (const std::string overrun = y.overrun("y"); !overrun.empty()) {
     CompareResult r;
     r.message = "chapter " + check.chapter + ", " + spec.what +
