@@ -505,6 +505,48 @@ TEST_CASE("two calls at once on two streams each get their own rows (no scratch 
   }
 }
 
+// A block sum called twice on one shared array (the mean, then the squared deviations) needs
+// a barrier before the second call's writes, or a fast warp overwrites a partial that a slow
+// warp is still reading. On a few rows the warps leave each barrier together and the window
+// stays shut; at full occupancy (many blocks an SM, warps scheduled apart) it opens: on an
+// H200, one such submission's single call at 4096x2560 in the timing test's re-check wrote
+// about 5,000 wrong values of 10.5 million. So: 16 calls at that shape, each checked.
+TEST_CASE("4096 rows at full occupancy, 16 calls each checked (the block sums' barriers)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: racecheck reports a missing barrier "
+                              "directly");
+    return;
+  }
+  constexpr int kRows = 4096, kDim = 2560, kCalls = 16;
+  const Problem p = problem<float>(kRows, kDim, Norm::LayerNorm, Data::Typical, "occupancy");
+  const std::vector<float> r_expected = ch06::reference::residual(p);
+  const wb::testing::OwnedStream stream(cudaStreamNonBlocking);
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    OnDevice on_device(p);
+    for (int call = 1; call <= kCalls; ++call) {
+      on_device.r.poison(stream.s);
+      on_device.h.poison(stream.s);
+      on_device.call(impl, stream.s);
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+      const std::string what = what_of<float>(impl) + ", " + ch06::reference::describe(p) + ", call " +
+                               std::to_string(call) + " of " + std::to_string(kCalls) + " back to back";
+      const std::string failure =
+          ch06::reference::check_residual(p, on_device.r.download(), what) +
+          ch06::reference::check_normalized(p, r_expected, on_device.h.download(), ch06::reference::kHFp32Tol, what);
+      if (!failure.empty()) {
+        FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed() << ": " << failure
+                           << "\nrule: a block's threads share shared memory only across a barrier. Wrong rows "
+                              "that come and go from call to call, at full occupancy, are a race.\nhint: a block "
+                              "sum that is called twice on the same shared array needs a __syncthreads() before "
+                              "the second call writes it (a fast warp would overwrite a partial a slow warp still "
+                              "reads). `./workbook check 06 --sanitize` (racecheck) names the line.");
+        break;
+      }
+    }
+  }
+}
+
 TEST_CASE("more rows than a grid's y or z dimension holds (70000 rows)") {
   WB_REQUIRE_GPU();
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
