@@ -447,6 +447,38 @@ TEST_CASE("softmax: the same buffers called back to back, x rewritten on the str
     }
 }
 
+// The timed shape itself, 4096x4096, on the edge rows. The shapes above have 33x4096 and
+// 512x4096 but not this one, and the calls that do run it (the decode loop above, the timing
+// tests' re-check) give it small logits (uniform in [-8, 8), normal with sd 4), where exp(x)
+// cannot overflow even without the max subtracted: a branch taken only at the timed shape that
+// drops a step there (the max, to save a reduction) would pass all of them.
+TEST_CASE("softmax at the timed shape, 4096x4096: logits of +-1e4, -inf entries, all -inf rows") {
+  WB_REQUIRE_GPU();
+  const Shape s{4096, 4096};
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 4096x4096 edge rows are left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  const std::vector<float> x = ch04::reference::edge_logits(s.rows, s.cols, "ch04/timed-shape/" + shape_name(s));
+  const std::vector<double> expected = softmax_rows(x, s.rows, s.cols);
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    bool ran = false;
+    const std::vector<float> y = run_softmax_checked(impl, x, s, 0, 0, &ran);
+    if (!ran) continue;
+    const std::string failure = check_softmax(x, y, expected, s.rows, s.cols,
+                                              std::string(name_of(impl)) + " softmax on edge rows at the timed shape");
+    if (failure.empty()) continue;
+    FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed " << wb::base_seed()
+               << ": rule: the shape the timing tests time is computed like any other. Edge rows (logits of "
+                  "+-1e4, -inf entries, all -inf rows) come out wrong at exactly 4096x4096, the timed shape, "
+                  "whose timed inputs are small logits (normal, sd 4) that hide a missing step.\nhint: let the "
+                  "shape choose only how the work is laid out (registers, a warp or a block per row), never "
+                  "which steps run: every path subtracts the row max before exp (exp(1e4) is inf), gives -inf "
+                  "entries 0 and an all -inf row NaN.\n"
+               << failure);
+  }
+}
+
 TEST_CASE("fused softmax: two streams at once") {
   WB_REQUIRE_GPU();
   for (const Shape shape : kLaunchPatternShapes) {
@@ -860,6 +892,29 @@ TEST_CASE("softmax of a matrix of more than 2^32 elements (short rows, 32-bit of
                    "here.\nhint: compute every row offset in 64 bits, size_t offset = static_cast<size_t>(row) * "
                    "cols, in every kernel (the one for short rows too): an int product wraps negative past 2^31, "
                    "and an unsigned one, such as blockIdx.x * cols, wraps to 0 past 2^32.");
+}
+
+// 65537 rows of 65537 columns, 2^32 + 2^17 + 1 elements (17 GB per matrix), rows long enough
+// for a long-row path (the reference's streaming kernel, past 8192 columns). Row 65535 starts
+// at 2^32 - 1 and row 65536, the last, at 2^32 + 65536: an offset computed in 32-bit unsigned
+// (blockIdx.x * cols) wraps there to 65536, so the last row's softmax lands on the end of row 0
+// and the start of row 1, and its own outputs are never written. The case above reaches 2^32
+// with rows of 32 columns only, and the 2^31 one stays below 2^32 (140000 x 16000 = 2.24e9):
+// a kernel for long rows with the unsigned product passes both.
+TEST_CASE("softmax of a matrix of more than 2^32 elements (long rows, 32-bit offsets)") {
+  WB_REQUIRE_GPU();
+  const Shape s{65537, 65537};
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 65537x65537 case is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  if (!room_for(s, "65537x65537")) return;
+  check_big_matrix(s, 1 << 16, "more than 2^32, in rows of 65537 columns",
+                   "rule: any shape: row * cols passes 2^32 at row 65536 (the last) here, in rows of 65537 "
+                   "columns, which take a kernel for long rows.\nhint: compute every row offset in 64 bits, "
+                   "size_t offset = static_cast<size_t>(blockIdx.x) * cols, in every kernel (the one for long "
+                   "rows too): blockIdx.x * cols is computed in 32-bit unsigned (cols is converted to "
+                   "blockIdx.x's type) and wraps to 65536 for the last row, widening it afterwards is too late.");
 }
 
 // The max of x (exact in float) and the sum of exp(x - max) in double, one value per block of

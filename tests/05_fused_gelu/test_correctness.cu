@@ -754,16 +754,21 @@ std::string as_power_of_two(unsigned long long i) {
 }
 
 // One large GELU: every element written (counted on the GPU), then windows at the start, at
-// 2^28, 2^30 and 2^31, at the end, and spread between, checked against the double reference.
-void check_large(Impl impl, std::size_t n, std::size_t x_offset, std::size_t y_offset) {
+// 2^28, 2^30, 2^31 and 2^32 (those that fit in n), at the end, and spread between, checked
+// against the double reference.
+// `own_rule`, when given, is what an unwritten or wrong element means instead of the grid's reach.
+void check_large(Impl impl, std::size_t n, std::size_t x_offset, std::size_t y_offset,
+                 const std::string& own_rule = "") {
   std::ostringstream where;
   where << "ch05 " << name_of(impl) << " GELU, n = " << n << " (" << as_power_of_two(n) << "), "
         << views_name(x_offset, y_offset) << ", seed " << wb::base_seed() << ": ";
-  const std::string rule =
+  const std::string rule = !own_rule.empty() ? own_rule :
       "rule: cover every element, however large n.\nhint: a grid has at most 2^31 - 1 blocks in "
       "x (65535 in y and z); a grid capped at some number of blocks needs a grid-stride loop, "
       "for (size_t i = first; i < n; i += (size_t)gridDim.x * blockDim.x), and indices must be "
       "size_t: an int wraps around at 2^31.";
+  const char* unwritten_why = own_rule.empty() ? ": elements past the grid's reach were never processed"
+                                               : ": those elements were never written";
   try {
     wb::DeviceBuffer<float> x(n + x_offset);
     wb::GuardedBuffer<float> y(n + y_offset);
@@ -784,12 +789,12 @@ void check_large(Impl impl, std::size_t n, std::size_t x_offset, std::size_t y_o
     if (unwritten[0] > 0) {
       FAIL_CHECK(where.str() << unwritten[0] << " of the " << n << " outputs were not written; the "
                  << "first is y[" << unwritten[1] << "] = y[" << as_power_of_two(unwritten[1])
-                 << "]: elements past the grid's reach were never processed.\n" << rule);
+                 << "]" << unwritten_why << ".\n" << rule);
       return;
     }
     constexpr std::size_t kWindow = 8192;
     std::vector<std::size_t> starts = {0, (1ull << 28) - kWindow / 2, (1ull << 30) - kWindow / 2,
-                                       (1ull << 31) - kWindow / 2, n - kWindow};
+                                       (1ull << 31) - kWindow / 2, (1ull << 32) - kWindow / 2, n - kWindow};
     for (int i = 1; i < 8; ++i) starts.push_back(n / 8 * i);
     for (const std::size_t start : starts) {
       if (start + kWindow > n) continue;
@@ -837,6 +842,34 @@ TEST_CASE("GELU past 2^30 and 2^31 elements (a capped grid, an int index)") {
   }
   for (const auto [x_offset, y_offset] : {std::pair<std::size_t, std::size_t>{0, 0}, {1, 0}})
     check_large(Impl::Fused, past_2_31, x_offset, y_offset);
+}
+
+// 2^32 + 3 elements (16 GiB per array), x and y aligned: the float4 body reaches past 2^32
+// and the last 3 elements are the scalar tail. The case above stops at 2^31 + 3, where a
+// 32-bit unsigned index still holds every element; here one wraps: a tail index kept in an
+// unsigned, 4 * (n / 4) + threadIdx.x, becomes threadIdx.x, so the tail's threads rewrite
+// y[0 .. 255] and y[2^32 .. 2^32 + 2] are never written.
+TEST_CASE("fused GELU past 2^32 elements (32-bit indices, the tail)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^32-element case is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  const std::size_t n = (1ull << 32) + 3;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t needed = 2 * n * sizeof(float) + (2ull << 30);
+  if (free_bytes < needed) {
+    wb::testing::mark_skipped("skipped: the 2^32-element case needs " + std::to_string((needed >> 30) + 1) +
+                              " GB of free device memory, this GPU has " + std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  check_large(Impl::Fused, n, 0, 0,
+              "rule: cover every element, however large n: n is a size_t, here 2^32 + 3, so the float4 "
+              "body and the scalar tail (the last n % 4 = 3 elements) lie past 2^32.\nhint: keep every "
+              "index and count derived from n in size_t, the tail's too: size_t tail = 4 * (n / 4) + "
+              "threadIdx.x. In a 32-bit unsigned it wraps past 2^32 to threadIdx.x, so the tail's threads "
+              "store to y[0 ..] and the last elements are never written.");
 }
 
 // Last: every kernel of the reference (solution and fast builds) must have run above.
