@@ -337,6 +337,45 @@ TEST_CASE("rows with mean 1e4 and spread 1: the variance must be computed stably
     }
 }
 
+// The rows above keep the pivot (the row's first value) within a few spreads of the mean, where
+// even E[d^2] - E[d]^2 over d = r - pivot holds: its cancellation error grows with
+// (pivot - mean)^2 against the variance, and only a pivot far from the mean shows it. Here the
+// first value of each row is +64 or -64 and the others are of spread about 2 (x ~ N(0, 2),
+// delta ~ N(0, 1)), both in multiples of 1/32: r is exact, every d = r - pivot and every sum of
+// them is exact in float, and dim (1024: a warp per row in the reference; 2048: a block per
+// row) divides exactly, so a mean taken first and the squared deviations from it are right to
+// a few roundings, while the shifted one-pass formula is off by several times the tolerance
+// in most rows (an emulation of both in fp32: the two-pass and Welford at under 3% of the
+// tolerance, the one-pass at 3 to 5 times it in the worst row of each shape).
+TEST_CASE("rows whose first value is far from the mean: the pivot does not make E[d^2] - E[d]^2 safe") {
+  WB_REQUIRE_GPU();
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : std::vector<Shape>{{32, 1024}, {32, 2048}}) {
+      Problem p = problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::Typical, "pivot-outlier");
+      for (float& v : p.x) v = std::round(v * 32.0f) / 32.0f;
+      for (float& v : p.delta) v = std::round(v * 32.0f) / 32.0f;
+      for (int row = 0; row < s.rows; ++row) p.x[std::size_t(row) * s.dim] = row % 2 == 0 ? 64.0f : -64.0f;
+      const std::string what =
+          what_of<float>(impl) + " (rows whose first value is +-64, the other values of spread about 2)";
+      const Output out = run<float>(impl, p);
+      if (!out.ran) continue;
+      const std::string r_failure = ch06::reference::check_residual(p, out.r, what);
+      if (!r_failure.empty()) FAIL_CHECK(r_failure);
+      const std::string h_failure = ch06::reference::check_normalized(
+          p, ch06::reference::residual(p), out.h, ch06::reference::kHFp32Tol, what);
+      if (!h_failure.empty())
+        FAIL_CHECK("ch06 " << what << ", " << ch06::reference::describe(p) << ", seed " << wb::base_seed()
+                   << ": h is wrong on rows whose first value (the pivot) is far from the row's mean.\n"
+                   << "rule: the variance by a stable method, for any row: a row's first value may be an "
+                      "outlier (a channel of massive activations), so the pivot r[0] may sit far from the mean.\n"
+                      "hint: the pivot makes the values small only when it is near the mean; E[d^2] - E[d]^2 over "
+                      "d = r - pivot still cancels, and its error grows with (pivot - mean)^2. Take the mean first, "
+                      "then sum the squared deviations from it (a second pass over the registers), or use "
+                      "Welford's update.\n"
+                   << h_failure);
+    }
+}
+
 // eps is inside the square root, 1 / sqrt(var + eps). With rows of spread ~1 and eps = 1e-5,
 // 1 / (sqrt(var) + eps) is off by ~5e-6, inside the tolerance; rows of spread ~2e-3 (var
 // ~3e-6, below eps) and a large eps both tell them apart.
@@ -531,9 +570,23 @@ TEST_CASE("4096 rows at full occupancy, 16 calls each checked (the block sums' b
       WB_CUDA(cudaStreamSynchronize(stream.s));
       const std::string what = what_of<float>(impl) + ", " + ch06::reference::describe(p) + ", call " +
                                std::to_string(call) + " of " + std::to_string(kCalls) + " back to back";
+      const std::vector<float> r_got = on_device.r.download();
       const std::string failure =
-          ch06::reference::check_residual(p, on_device.r.download(), what) +
+          ch06::reference::check_residual(p, r_got, what) +
           ch06::reference::check_normalized(p, r_expected, on_device.h.download(), ch06::reference::kHFp32Tol, what);
+      // Every value of r still the poison, after a first call that was right: not a race (which
+      // gets a few rows wrong), but a call that did nothing because its arguments repeated.
+      if (!failure.empty() && call > 1 &&
+          std::all_of(r_got.begin(), r_got.end(), [](float v) { return std::isnan(v); })) {
+        FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed()
+                           << ": rule: every call does its work. Call 1 with the same arguments was right; "
+                              "between the calls r and h were poisoned (NaN), and this call left all of them "
+                              "unwritten.\nhint: the same pointers do not mean the same values (a model writes a "
+                              "new delta into the same buffer every layer, and the caller may overwrite r and h): "
+                              "never skip or cache a call by its arguments; enqueue the kernel on every call.\n"
+                           << failure);
+        break;
+      }
       if (!failure.empty()) {
         FAIL_CHECK("ch06 " << what << ", seed " << wb::base_seed() << ": " << failure
                            << "\nrule: a block's threads share shared memory only across a barrier. Wrong rows "
@@ -862,23 +915,27 @@ TEST_CASE("32 layers of adds: the residual stream stays fp32 (an fp16 one drifts
 
 // ---------------------------------------------------------------------------------------
 // More than 2^32 elements in one call ("any rows and dim"): 32769 rows of 131072 values (longer
-// than a block's registers hold) and 262163 rows of 16383 (odd: one value at a time), fp16 delta
-// and h (x and r fp32: 51.5 GB in all). A row starts at row * dim: past 2^31 from row 16384
-// (131081) on, past 2^32 from row 32768 (262161) on. An offset computed in int goes negative
-// there, and one computed in 32-bit unsigned (blockIdx.x * dim: two 32-bit numbers, widened only
-// after the multiply, whatever type is on the left) wraps to the start of the matrix, so the
-// last rows are never written. x is uniform in [-2, 2) from the seed, made on the device, and
-// delta 0 (r = x); the rows on both sides of each boundary and the last are poisoned before each
-// call and checked after. Last before the kernel coverage (a fault is sticky); skipped on a GPU
-// without the memory and under compute-sanitizer. (The packed kernels' offsets, row * dim / 4
-// packs, wrap only past 2^34 elements, more than a GPU holds.)
+// than a block's registers hold), 262163 rows of 16383 (odd: one value at a time), and the
+// packed widths, 1048577 rows of 4096 (a block per row in the reference) and 4194305 rows of
+// 1024 (a warp per row), fp16 delta and h (x and r fp32: 51.5 GB in all, the same buffers for
+// every shape). A row starts at row * dim: past 2^31 from row 16384 (131081, 524288, 2097152)
+// on, past 2^32 from row 32768 (262161, 1048576, 4194304) on. An offset computed in int goes
+// negative there, and one computed in 32-bit unsigned (blockIdx.x * dim, or an unsigned row
+// times dim: two 32-bit numbers, widened only after the multiply, whatever type is on the left)
+// wraps to the start of the matrix, so the last rows are never written. (The reference counts
+// the packed kernels' offsets in packs, row * (dim / 4), which would wrap only past 2^34
+// elements, more than a GPU holds; a packed kernel whose row start is computed in elements
+// wraps at 2^32 like any other, hence the packed widths here.) x is uniform in [-2, 2) from
+// the seed, made on the device, and delta 0 (r = x); the rows on both sides of each boundary
+// and the last are poisoned before each call and checked after. Last before the kernel
+// coverage (a fault is sticky); skipped on a GPU without the memory and under compute-sanitizer.
 TEST_CASE("more than 2^32 elements in one call (64-bit row offsets)") {
   WB_REQUIRE_GPU();
   if (wb::coverage::quick()) {
     wb::testing::mark_skipped("skipped: the 2^32-element case is left out under compute-sanitizer / WB_QUICK");
     return;
   }
-  const Shape shapes[] = {{32769, 131072}, {262163, 16383}};
+  const Shape shapes[] = {{32769, 131072}, {262163, 16383}, {1048577, 4096}, {4194305, 1024}};
   std::size_t n = 0;
   for (const Shape s : shapes) n = std::max(n, std::size_t(s.rows) * s.dim);
   const std::size_t need = n * 2 * (sizeof(float) + sizeof(__half)) + (1ull << 30);
@@ -891,8 +948,9 @@ TEST_CASE("more than 2^32 elements in one call (64-bit row offsets)") {
   }
   const std::string rule =
       "\nrule: any rows and dim: one call may hold more than 2^31 and 2^32 elements.\nhint: compute a row's "
-      "offset in 64 bits, static_cast<std::size_t>(row) * dim: blockIdx.x * dim multiplies two 32-bit numbers "
-      "and wraps before the size_t on the left sees the product.";
+      "offset in 64 bits, static_cast<std::size_t>(row) * dim, on every path (the packed and warp-per-row "
+      "kernels too): blockIdx.x * dim, or an unsigned row times dim, multiplies two 32-bit numbers and wraps "
+      "before the size_t on the left sees the product.";
   std::string what = "fp16 (more than 2^32 elements in one call)";
   try {
     wb::DeviceBuffer<float> x(n), r(n);
