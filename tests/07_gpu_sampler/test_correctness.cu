@@ -19,6 +19,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -476,6 +477,57 @@ void greedy_at_the_ends_of_a_row(Step step) {
   check_integrity(runner, step, "greedy at the ends of a row");
 }
 
+// Rule 1's lowest index when the equal maxima are close together. greedy_on_every_shape plants
+// its ties at random columns, which seldom fall among the entries ONE thread reads (its 16-byte
+// pack, or the packs it loads in one go, a block's width apart): an argmax that keeps the last
+// of equal values inside a thread's own loop (x >= best instead of x > best) while its
+// reductions across threads take the lower index passes that case in most runs. Here every
+// row's maximum is planted twice, a distance of 1 to 4096 columns apart (16 distances, each at
+// 4 offsets from a 16-byte boundary): one pack, neighbouring packs, a warp's and a block's
+// stride of packs. Rows of 8192 (every row aligned) and of 50257 (every alignment).
+void greedy_ties_close_together(Step step) {
+  constexpr int kDistances[] = {1, 2, 3, 4, 5, 8, 16, 31, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  constexpr int kCount = sizeof(kDistances) / sizeof(kDistances[0]);
+  for (const int vocab : {8192, 50257}) {
+    // Every distance at 4 offsets; under compute-sanitizer fewer rows (as greedy_at_the_ends_of_a_row).
+    const int rows = wb::coverage::racecheck() ? 4 : wb::coverage::quick() ? kCount : 4 * kCount;
+    std::mt19937_64 rng = wb::rng_for("ch07/greedy-ties-close/" + std::to_string(vocab));
+    std::vector<float> logits;
+    logits.reserve(static_cast<std::size_t>(rows) * vocab);
+    std::vector<int> lower(rows), upper(rows);
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> row = normal_row(vocab, 3.0f, rng);
+      // The lower column: an offset 0 to 3 from a multiple of 4 (of the row's own start), within
+      // the first 1600 columns (one block's share of the row in the common splits).
+      lower[r] = 4 * ((97 * r) % 400) + (r / kCount) % 4;
+      upper[r] = lower[r] + kDistances[r % kCount];
+      const float top = *std::max_element(row.begin(), row.end()) + 1.0f;
+      row[lower[r]] = row[upper[r]] = top;
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    Runner runner(step, logits, rows, vocab);
+    for (const SamplingParams params : {SamplingParams{0.0f, 0, 1.0f, 1, 0}, SamplingParams{0.7f, 1, 0.5f, 2, 3}}) {
+      const Draws d = runner.run(params);
+      const std::string failure =
+          check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), d);
+      if (failure.empty()) continue;
+      std::string pair;
+      for (int r = 0; r < rows && pair.empty(); ++r)
+        if (d.tokens[r] != lower[r])
+          pair = "; row " + std::to_string(r) + " at columns " + std::to_string(lower[r]) + " and " +
+                 std::to_string(upper[r]) + " (" + std::to_string(upper[r] - lower[r]) +
+                 " apart), so its argmax is " + std::to_string(lower[r]);
+      FAIL_CHECK(failure_head(step, "greedy, two equal maxima close together", rows, vocab, params)
+                 << "every row holds its maximum twice, 1 to 4096 columns apart" << pair << ". " << failure
+                 << "\nTies this close are read by ONE thread (one float4, or the packs it loads in one "
+                    "go): the comparison in the thread's own loop must keep the first of equal values "
+                    "(x > best, columns in increasing order), as the reductions across threads do.");
+      return;
+    }
+    check_integrity(runner, step, "greedy, two equal maxima close together");
+  }
+}
+
 // Sampling on every shape: a few calls each, every token in its row's kept set.
 void sampling_on_every_shape(Step step) {
   for (const Shape s : kShapes) {
@@ -728,18 +780,22 @@ bool check_distribution(Step step, const DistributionCase& c) {
     wb::testing::record_metric("chi2_p_by_logit_" + c.name, grouped.p_value);
     if (grouped.p_value < kAlpha) {
       ok = false;
+      // A case whose note carries its own hint (what its row is built to catch) gives that one;
+      // the report keeps the first hint line.
+      const bool own_hint = c.note.find("\nhint:") != std::string::npos;
       FAIL_CHECK(failure_head(step, "distribution of " + c.name, rows, vocab, c.params)
                  << "rule 2: over " << calls * rows << " draws, the tokens counted together by "
                  << "logit value do not follow the exact distribution (each token alone gets too "
                     "few draws to show it): chi-square " << grouped.statistic << " on "
                  << grouped.cells - 1 << " degrees of freedom, p-value " << grouped.p_value << " < "
-                 << kAlpha << ". Furthest cells: " << grouped.worst
-                 << ".\nhint: every kept token is drawn in proportion to its OWN p, also among "
-                    "thousands that share a histogram bin: a draw that picks a bin by its mass and "
-                    "then a token of the bin as if they were equally likely (or ranks them by the "
-                    "bin's average weight) keeps each bin's total and loses the proportions inside "
-                    "it. Refine inside the bin down to a single logit value (the radix select's "
-                    "passes), then pick by index within that run of equal logits."
+                 << kAlpha << ". Furthest cells: " << grouped.worst << "."
+                 << (own_hint ? ""
+                              : "\nhint: every kept token is drawn in proportion to its OWN p, also among "
+                                "thousands that share a histogram bin: a draw that picks a bin by its mass and "
+                                "then a token of the bin as if they were equally likely (or ranks them by the "
+                                "bin's average weight) keeps each bin's total and loses the proportions inside "
+                                "it. Refine inside the bin down to a single logit value (the radix select's "
+                                "passes), then pick by index within that run of equal logits.")
                  << c.note);
     }
   }
@@ -948,6 +1004,34 @@ std::vector<DistributionCase> distribution_cases() {
         "fewer tokens than the row has.";
     cases.push_back({"top_p alone on a 2048-wide row whose tokens past rank 1024 hold 16% of the mass",
                      row, p, false, note});
+  }
+  {  // Masses too large for a fixed-point scale chosen for probabilities: an unfiltered 151936-wide
+     // row of 100000 logits 0 and 51936 at -1, at random columns. Z = sum exp(x - max) = 100000 +
+     // 51936 / e = 119106: the zeros hold 84.0% of the mass. Weights exp(x - max) (at most 1, not
+     // divided by Z) times 2^48, the scale of the lesson's hint for probabilities, sum to 119106 x
+     // 2^48, past 2^64: the zeros' 100000 x 2^48 wraps to 34464 x 2^48, and a draw over the
+     // wrapped masses takes the zeros 64% of the time. Each token alone gets about one draw, so
+     // check_distribution counts them by logit value. Every other row here has Z below 2^16; the
+     // flat row of the membership probes does not, but there the wrapped top_p cut keeps a
+     // prefix of the exact nucleus, which no membership check can see. Left out under racecheck
+     // (a shared-memory hazard needs no such row: the crowded-bin row above takes the same way).
+    if (wb::coverage::racecheck()) return cases;
+    std::vector<float> row(151936, -1.0f);
+    std::vector<int> ids(row.size());
+    for (int i = 0; i < static_cast<int>(ids.size()); ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int i = 0; i < 100000; ++i) row[ids[i]] = 0.0f;
+    const std::string note =
+        "\nthis row: 151936 logits, 100000 of them 0 and 51936 at -1, nothing filtered. The softmax's "
+        "denominator Z = sum exp(x - max) = 100000 + 51936 / e = 119106, so the zeros must be drawn 84.0% "
+        "of the time. Masses kept as fixed-point integers exp(x - max) x 2^48 (weights up to 1 each, not "
+        "probabilities) sum to 119106 x 2^48, more than 2^64: the sum wraps (the zeros' 100000 x 2^48 "
+        "to 34464 x 2^48), and draws over the wrapped masses take the zeros about 64% of the time.\nhint: "
+        "a fixed-point scale must leave room for the largest sum it can meet: vocab weights of at most 1 "
+        "sum to at most vocab, so take 2^s with vocab x 2^s below 2^63 (the reference: the largest power "
+        "of two with vocab x 2^s <= 2^62), or scale probabilities (exp(x - max) / Z, summing to 1) by 2^48.";
+    cases.push_back({"an unfiltered 151936-wide row of 100000 logits 0 and 51936 at -1 (Z = 119106, past "
+                     "2^16)", row, SamplingParams{1.0f, 0, 1.0f, 36, 0}, true, note});
   }
   return cases;
 }
@@ -1899,6 +1983,177 @@ void first_call_after_the_constructor(Step step) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Everything a call does goes on the caller's stream, for the steps that draw on the CPU too:
+// their numbers (fill_draw_uniforms), kernels and copies. Every other case leaves the legacy
+// default stream idle, so work put there by mistake (a launch without its stream argument,
+// fill_draw_uniforms(..., 0)) starts at once, beside the call's own work on its non-blocking
+// stream, and is done before anything reads it: right by luck. Here the legacy stream is busy
+// (a kernel that holds it for 200 ms) while a sampled call runs on a non-blocking stream: work
+// sent to the legacy stream waits behind it, and the call reads whatever its buffers held from
+// the call before (a call with the same seed at another step, made first, so that every
+// kernel is loaded and every buffer written once). Every row is {0, 0}, as in
+// draws_use_the_rule4_number: the tokens show which side of 1/2 each row's number fell on.
+// Left out under compute-sanitizer, which runs one kernel at a time.
+
+// Host memory that a copy on a stream writes without involving any other stream.
+struct PinnedHost {
+  void* p = nullptr;
+  explicit PinnedHost(std::size_t bytes) { WB_CUDA(cudaMallocHost(&p, std::max<std::size_t>(bytes, 1))); }
+  ~PinnedHost() { cudaFreeHost(p); }
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+};
+
+void draws_while_the_legacy_stream_is_busy(Step step) {
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the tools run one kernel at a "
+                              "time, so a busy legacy stream delays every stream alike");
+    return;
+  }
+  const int rows = 64, vocab = 2;
+  const std::vector<float> logits(static_cast<std::size_t>(rows) * vocab, 0.0f);
+  const wb::DeviceBuffer<float> device_logits(logits);
+  const wb::testing::OwnedStream stream;  // non-blocking
+  const SamplingParams before{1.0f, 0, 1.0f, 0xB5E707ull, 1};
+  SamplingParams params = before;
+  params.step = 2;
+  std::vector<float> u_before, u;  // rule 4's numbers of both calls, computed while all is idle
+  for (const SamplingParams& p : {before, params}) {
+    wb::DeviceBuffer<float> numbers(rows);
+    rule4_numbers<<<1, rows>>>(p.seed, p.step, rows, numbers.data());
+    WB_CHECK_LAUNCH("rule4_numbers");
+    (p.step == before.step ? u_before : u) = numbers.download();
+  }
+  std::unique_ptr<ch07::SortThenCpuSampler> sort_then_cpu;
+  std::unique_ptr<ch07::TopCandidatesSampler> top_candidates;
+  if (step == Step::SortThenCpu) sort_then_cpu = std::make_unique<ch07::SortThenCpuSampler>(rows, vocab);
+  if (step == Step::TopCandidates) top_candidates = std::make_unique<ch07::TopCandidatesSampler>(rows, vocab);
+  wb::DeviceBuffer<int> device_tokens(rows);
+  wb::DeviceBuffer<float> device_confidence(rows);
+  wb::DeviceBuffer<unsigned char> workspace(ch07::fused_sampler_workspace_bytes(rows, vocab));
+  const PinnedHost host_tokens(rows * sizeof(int)), host_confidence(rows * sizeof(float));
+  int* tokens = static_cast<int*>(host_tokens.p);
+  float* confidence = static_cast<float*>(host_confidence.p);
+  const auto call = [&](const SamplingParams& p) {
+    std::fill(tokens, tokens + rows, ch07::testing::kPoisonToken);
+    std::fill(confidence, confidence + rows, std::nanf(""));
+    if (step == Step::SortThenCpu) {
+      sort_then_cpu->sample(device_logits.data(), rows, p, tokens, confidence, stream.s);
+    } else if (step == Step::TopCandidates) {
+      top_candidates->sample(device_logits.data(), rows, p, tokens, confidence, stream.s);
+    } else {
+      WB_CUDA(cudaMemsetAsync(device_tokens.data(), 0x7F, device_tokens.bytes(), stream.s));  // kPoisonToken
+      WB_CUDA(cudaMemsetAsync(device_confidence.data(), 0xFF, device_confidence.bytes(), stream.s));
+      ch07::sample_fused(device_logits.data(), rows, vocab, p, device_tokens.data(), device_confidence.data(),
+                         workspace.data(), workspace.bytes(), stream.s);
+      // Read back on the call's stream, into pinned memory: nothing here waits for the legacy stream.
+      WB_CUDA(cudaMemcpyAsync(tokens, device_tokens.data(), device_tokens.bytes(), cudaMemcpyDeviceToHost, stream.s));
+      WB_CUDA(cudaMemcpyAsync(confidence, device_confidence.data(), device_confidence.bytes(),
+                              cudaMemcpyDeviceToHost, stream.s));
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+    }
+  };
+  const std::string head = failure_head(step, "a sampled call on a non-blocking stream while the legacy default "
+                                              "stream is busy", rows, vocab, params);
+  std::vector<int> got(rows);
+  std::vector<float> got_confidence(rows);
+  try {
+    call(before);  // everything loaded and written once, with the numbers of step 1
+    WB_CUDA(cudaDeviceSynchronize());
+    wb::launch_spin_kernel(200e6, nullptr);  // the legacy default stream: busy for 200 ms
+    call(params);
+    got.assign(tokens, tokens + rows);  // as the call left them, before the busy kernel ends
+    got_confidence.assign(confidence, confidence + rows);
+    WB_CUDA(cudaDeviceSynchronize());
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    cudaDeviceSynchronize();
+    FAIL_CHECK(head << "the call failed: " << first_line_of(e));
+    return;
+  }
+  Draws d;
+  d.tokens = got;
+  d.confidence = got_confidence;
+  const std::string failure = check_draws(logits, vocab, params, {expected_for(logits.data(), vocab, params)}, d);
+  if (!failure.empty()) {
+    FAIL_CHECK(head << failure);
+    return;
+  }
+  // As in draws_use_the_rule4_number: each walk order ("first" drawn for u <= 1/2) against the
+  // rows' numbers, rows within 1e-3 of 1/2 left out.
+  const auto disagreements = [&](const std::vector<float>& numbers, int first) {
+    int n = 0;
+    for (int r = 0; r < rows; ++r)
+      if (std::abs(numbers[r] - 0.5f) >= 1e-3f && got[r] != (numbers[r] <= 0.5f ? first : 1 - first)) ++n;
+    return n;
+  };
+  const int first = disagreements(u, 0) <= disagreements(u, 1) ? 0 : 1;
+  const int wrong = disagreements(u, first);
+  if (wrong == 0) return;
+  int r = 0;
+  while (r + 1 < rows && (std::abs(u[r] - 0.5f) < 1e-3f || got[r] == (u[r] <= 0.5f ? first : 1 - first))) ++r;
+  const int stale = std::min(disagreements(u_before, 0), disagreements(u_before, 1));
+  FAIL_CHECK(head << "rule 4: row r draws with u = draw_uniform(seed, step, r) of THIS call, but " << wrong << " of "
+                  << rows << " rows drew on the other side of 1/2 (row " << r << ": token " << got[r]
+                  << ", u = " << u[r] << ")"
+                  << (stale == 0 ? "; every row drew as the call before (step " + std::to_string(before.step) +
+                                       ") would have: its numbers were still in the buffer"
+                                 : std::string())
+                  << ". While the legacy default stream was busy with a 200 ms kernel, the call ran on a stream "
+                     "made with cudaStreamNonBlocking: work of the call sent to the legacy stream was still "
+                     "waiting behind that kernel when the call read its results.\nrule: a call enqueues "
+                     "everything on the caller's stream (and steps 2 and 3 wait for that stream only).\nhint: pass "
+                     "the call's stream to every launch, copy and helper: fill_draw_uniforms(u, rows, seed, step, "
+                     "stream), kernel<<<grid, block, shared, stream>>>. A launch without a stream goes to the legacy "
+                     "default stream, which a non-blocking stream does not wait for.");
+}
+
+// ---------------------------------------------------------------------------------------
+// Step 3's limit is inclusive: its kMaxCandidates = 1024 candidates hold the whole kept set
+// whenever 1 <= top_k <= kMaxCandidates, so top_k = 1024 is sampled exactly, not refused (it
+// refuses top_k from 1025 to vocab - 1: bad_arguments checks 1500). Every step runs the row:
+// a flat 2000-wide row, top_k = 1024 alone and then with a top_p that keeps 900 of them.
+void top_k_at_the_candidate_limit(Step step) {
+  const int vocab = 2000, rows = rows_under_racecheck(64), k = ch07::TopCandidatesSampler::kMaxCandidates;
+  std::mt19937_64 rng(0x1024C07ull);  // fixed, as the membership probes
+  const std::vector<float> row = normal_row(vocab, 0.3f, rng);
+  Runner runner(step, repeat_rows(row, rows), rows, vocab);
+  SamplingParams with_top_p{1.0f, k, 1.0f, 38, 0};
+  with_top_p.top_p = top_p_for_nucleus(row, with_top_p, 900);
+  for (const SamplingParams& params : {SamplingParams{1.0f, k, 1.0f, 37, 0}, with_top_p}) {
+    const Expected e = expected_for(row.data(), vocab, params);
+    const int calls = wb::coverage::quick() ? 1 : 4;
+    for (int call = 0; call < calls; ++call) {
+      SamplingParams p = params;
+      p.step = static_cast<std::uint64_t>(call);
+      const std::string head = failure_head(step, "top_k = kMaxCandidates (1024), step 3's limit", rows, vocab, p);
+      Draws d;
+      try {
+        d = runner.run(p);
+      } catch (const wb::NotImplemented&) {
+        throw;
+      } catch (const std::invalid_argument& ex) {
+        FAIL_CHECK(head << "the call threw: " << first_line_of(ex)
+                        << "\nrule: top_k = kMaxCandidates keeps exactly the " << k
+                        << " candidates step 3 copies back, so it is sampled exactly, not refused. Step 3 "
+                           "refuses only what it cannot hold: top_k above kMaxCandidates and below vocab, top_k "
+                           "and top_p both off on a row longer than kMaxCandidates, a nucleus longer than "
+                           "kMaxCandidates.\nhint: the limit is inclusive: refuse k > kMaxCandidates, not k >= "
+                           "kMaxCandidates.");
+        return;
+      }
+      const std::string failure = check_draws(row, vocab, p, {e}, d);
+      if (!failure.empty()) {
+        FAIL_CHECK(head << failure);
+        return;
+      }
+    }
+  }
+  check_integrity(runner, step, "top_k = kMaxCandidates");
+}
+
+// ---------------------------------------------------------------------------------------
 // sampler.cuh asks for logits in device memory, not for aligned logits: a caller may hand a
 // view (the logits of one sequence inside a batch's buffer). Every other test's logits start on
 // a 256-byte boundary, and with vocab a multiple of 4 every row then starts on a 16-byte one, so
@@ -2201,9 +2456,13 @@ WB_CH07_FOR_EVERY_STEP("greedy and top_k = 1 return the argmax, lowest index on 
                        greedy_on_every_shape)
 WB_CH07_FOR_EVERY_STEP("greedy finds a max in the first or last columns of a 50257-wide row",
                        greedy_at_the_ends_of_a_row)
+WB_CH07_FOR_EVERY_STEP("greedy keeps the lowest index of two equal maxima 1 to 4096 columns apart",
+                       greedy_ties_close_together)
 WB_CH07_FOR_EVERY_STEP("sampling on every shape stays in the kept set, with the right confidence",
                        sampling_on_every_shape)
 WB_CH07_FOR_EVERY_STEP("no token outside the exact top_k / top_p set", membership)
+WB_CH07_FOR_EVERY_STEP("top_k = 1024 (step 3's kMaxCandidates) is sampled exactly, not refused",
+                       top_k_at_the_candidate_limit)
 WB_CH07_FOR_EVERY_STEP("draws follow the exact distribution (chi-square)", distributions)
 WB_CH07_FOR_EVERY_STEP("the draw never steps past the last kept token", draw_never_steps_past_the_kept_set)
 WB_CH07_FOR_EVERY_STEP("the same (seed, step) gives the same tokens, whatever the batch", determinism)
@@ -2259,6 +2518,19 @@ TEST_CASE("step 2 (sort, then the CPU): the first call after the constructor see
 TEST_CASE("step 3 (top candidates): the first call after the constructor sees what it set up, on any stream") {
   WB_REQUIRE_GPU();
   first_call_after_the_constructor(Step::TopCandidates);
+}
+
+TEST_CASE("step 2 (sort, then the CPU): a call on a non-blocking stream draws with its own numbers while the legacy stream is busy") {
+  WB_REQUIRE_GPU();
+  draws_while_the_legacy_stream_is_busy(Step::SortThenCpu);
+}
+TEST_CASE("step 3 (top candidates): a call on a non-blocking stream draws with its own numbers while the legacy stream is busy") {
+  WB_REQUIRE_GPU();
+  draws_while_the_legacy_stream_is_busy(Step::TopCandidates);
+}
+TEST_CASE("step 4 (fused): a call on a non-blocking stream draws with its own numbers while the legacy stream is busy") {
+  WB_REQUIRE_GPU();
+  draws_while_the_legacy_stream_is_busy(Step::Fused);
 }
 
 TEST_CASE("step 2 (sort, then the CPU): logits one float past a 16-byte boundary (a view)") {
