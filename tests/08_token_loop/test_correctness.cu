@@ -309,6 +309,11 @@ struct AttCase {
   // the key row *pos / 2 all -neg_span (a score hundreds below the others). exp(s - m) stays
   // finite only when m is the row's LARGEST score.
   float neg_span = 0.0f;
+  // > 0: scores that rise along the row, about `ramp` per position (q's elements in [0.5, 1.5],
+  // key row t ~ N(0, 1) + ramp * t / sqrt(head_size)): the largest are the last, t near *pos,
+  // hundreds above the first few hundred positions. exp(s - m) stays finite only when m is the
+  // max over EVERY t <= *pos, not over the first block's worth of them.
+  float ramp = 0.0f;
 };
 
 ref::AttentionProblem make_attention(const AttCase& c, const std::string& label) {
@@ -324,6 +329,12 @@ ref::AttentionProblem make_attention(const AttCase& c, const std::string& label)
     p.q = wb::random_uniform(std::size_t(c.n_heads) * c.head_size, 0.5f, 1.5f, rng);
     p.key_cache = wb::random_uniform(std::size_t(c.seq_len) * kv, -20.0f, -1.0f, rng);
     std::fill_n(p.key_cache.begin() + std::size_t(c.pos / 2) * kv, kv, -c.neg_span);
+  } else if (c.ramp > 0.0f) {
+    p.q = wb::random_uniform(std::size_t(c.n_heads) * c.head_size, 0.5f, 1.5f, rng);
+    p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, 0.0f, 1.0f, rng);
+    const float step = c.ramp / std::sqrt(float(c.head_size));  // score ~ ramp * t * mean(q)
+    for (std::size_t t = 0; t < std::size_t(c.seq_len); ++t)
+      for (std::size_t j = 0; j < kv; ++j) p.key_cache[t * kv + j] += step * float(t);
   } else {
     p.q = wb::random_normal(std::size_t(c.n_heads) * c.head_size, -c.key_mean, c.q_scale, rng);
     p.key_cache = wb::random_normal(std::size_t(c.seq_len) * kv, c.key_mean, 1.0f, rng);
@@ -402,13 +413,15 @@ constexpr wb::Tolerance kAttLargeTol{2e-3, 1e-3};
 void check_attention(const AttCase& c, bool at_end = false) {
   const bool negative = c.key_mean != 0.0f;
   const bool spread = c.neg_span > 0.0f;
-  const bool large = c.q_scale > 1.0f || negative || spread;
+  const bool ramp = c.ramp > 0.0f;
+  const bool large = c.q_scale > 1.0f || negative || spread || ramp;
   const ref::AttentionProblem p =
       make_attention(c, "ch08/attention/" + std::to_string(c.n_heads) + "/" +
                             std::to_string(c.n_kv_heads) + "/" + std::to_string(c.head_size) +
                             "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
                             (c.q_scale > 1.0f ? "/large" : "") + (negative ? "/negative" : "") +
-                            (spread ? "/negative-spread" : "") + (at_end ? "/at-end" : ""));
+                            (spread ? "/negative-spread" : "") + (ramp ? "/ramp" : "") +
+                            (at_end ? "/at-end" : ""));
   const std::string what =
       "ch08 attention, " + ref::describe(p) +
       (c.q_scale > 1.0f ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
@@ -418,6 +431,10 @@ void check_attention(const AttCase& c, bool at_end = false) {
       (spread ? " (every score negative: a few tens below zero, and key row " + std::to_string(c.pos / 2) +
                     " all -" + std::to_string(int(c.neg_span)) + ", hundreds below the others)"
               : "") +
+      (ramp ? " (scores rising along the row, about " + std::to_string(c.ramp).substr(0, 4) +
+                  " per position: the largest, ~" + std::to_string(int(c.ramp * float(c.pos))) +
+                  ", at t = *pos, hundreds above those of the first 256 positions)"
+            : "") +
       (at_end ? " (arrays at the end of their allocations)" : "") + ", " + seed_text();
   bool failed = false;
   const std::vector<float> got = run_attention(p, at_end, what, &failed);
@@ -476,6 +493,13 @@ void check_attention(const AttCase& c, bool at_end = false) {
                 std::to_string(wraps) + " on, h * n_kv_heads passes 2^31 - 1, so an int product of the two "
                 "wraps around (to a negative KV head, a read far before the caches): g = h / (n_heads / "
                 "n_kv_heads), the header's formula, has no product to overflow. ";
+  } else if (non_finite && ramp) {
+    diagnosis = "The output has NaN/inf where the reference is finite. The scores here rise along the row, so the "
+                "largest ones are the LAST (t near *pos, past the first 256 positions and hundreds above them): "
+                "exp(s - m) overflowed, so m missed them. rule: m is the max over every t = 0 .. *pos. Take "
+                "the max with the same loop as the exp and the sum (for t = threadIdx.x; t <= *pos; t += "
+                "blockDim.x), not one score per thread; softmax(s) = softmax(s - c) for any c <= max s, so the "
+                "other tests cannot see an m below the max until exp(s - m) passes float's range. ";
   } else if (non_finite && spread) {
     diagnosis = "The output has NaN/inf where the reference is finite. Every score here is negative, and they "
                 "span hundreds: exp(s - m) overflowed, so m was BELOW the row's largest score (the most "
@@ -552,6 +576,19 @@ TEST_CASE("attention with every score negative, spread over hundreds: the max is
     check_attention(c);
 }
 
+TEST_CASE("attention with scores rising along the row: the max is among the last positions") {
+  WB_REQUIRE_GPU();
+  // Random scores put the row's max anywhere, and the max of its first 256 entries is then
+  // within a few units of it: any m <= max s works as long as exp(s - m) stays finite. Here
+  // the scores climb by AttCase::ramp per position, past 256 positions and to ~250-400 at *pos:
+  // a max taken over one score per thread of a 256-thread block (or over any prefix of the
+  // row) is ~100-200 below the last scores, and exp(s - m) overflows.
+  for (const AttCase& c : std::vector<AttCase>{{8, 4, 8, 512, 511, 1.0f, 0.0f, 0.0f, 0.7f},
+                                               {4, 2, 8, 1100, 1050, 1.0f, 0.0f, 0.0f, 0.25f},
+                                               {2, 1, 64, 2048, 2047, 1.0f, 0.0f, 0.0f, 0.12f}})
+    check_attention(c);
+}
+
 // token_loop.cuh: every call enqueues on `stream` and returns, no allocation, no synchronization,
 // no copy (tests/lib/enqueue_only.hpp), at any shape. The graph test below counts the three calls
 // at its own small shape only; a path taken for long contexts alone (a workspace cudaMalloc'd by
@@ -604,6 +641,28 @@ TEST_CASE("attention with seq_len past 65535 (a grid's y and z limit)") {
                                     << ").\nhint: a grid's y and z dimensions are at most 65535 (x: 2^31 - 1): put "
                                        "the positions on the grid's x, or let each block loop over them (a "
                                        "grid-stride loop), never one block per position on y.");
+    }
+  }
+}
+
+TEST_CASE("attention with heads longer than a block of 1024 threads (head_size 1100 and 2048)") {
+  WB_REQUIRE_GPU();
+  // The header asks only head_size >= 1. A block holds at most 1024 threads: a kernel that gives
+  // each element of a head its own thread (a block of head_size threads) cannot even launch here.
+  for (const AttCase& c : std::vector<AttCase>{{2, 1, 1100, 40, 39}, {3, 3, 2048, 8, 3}}) {
+    try {
+      check_attention(c);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const wb::CudaError& e) {
+      FAIL_CHECK("ch08 attention, " << c.n_heads << " heads / " << c.n_kv_heads << " KV heads x head_size "
+                                    << c.head_size << ", seq_len " << c.seq_len << ", *pos = " << c.pos << ", "
+                                    << seed_text() << ": rule: any head_size >= 1 is valid. The call failed ("
+                                    << first_line(e) << ").\nhint: a block has at most 1024 threads: launch a "
+                                       "fixed block size and let each thread take several elements of the head "
+                                       "(for i = threadIdx.x; i < head_size; i += blockDim.x), never a block of "
+                                       "head_size threads.");
+      (void)cudaGetLastError();  // a launch configuration error is not sticky: the suite goes on
     }
   }
 }
@@ -1028,7 +1087,118 @@ TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replaye
   }
 }
 
-// The last three cases can end in a sticky CUDA error (a misaligned access, a read far outside
+// The kernel nodes of a captured graph, child graphs included.
+std::size_t kernel_nodes(cudaGraph_t graph) {
+  std::size_t n = 0;
+  WB_CUDA(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) WB_CUDA(cudaGraphGetNodes(graph, nodes.data(), &n));
+  std::size_t kernels = 0;
+  for (const cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    WB_CUDA(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel) ++kernels;
+    if (type == cudaGraphNodeTypeGraph) {
+      cudaGraph_t child = nullptr;
+      WB_CUDA(cudaGraphChildGraphNodeGetGraph(node, &child));
+      kernels += kernel_nodes(child);
+    }
+  }
+  return kernels;
+}
+
+// The step-by-step loop makes the three calls directly, the graph replays them as captured: a
+// call that launches more when its stream is NOT being captured (empty kernels, or anything on
+// a stream of its own, which no timing of `stream` sees) costs the step-by-step loop host
+// launches that the graph does not pay, and inflates graph_over_step_by_step with every value
+// right. CUPTI counts the kernel launches of two direct calls; the same call captured must
+// record as many kernel nodes per call. At stories260K's shape, where that ratio is timed.
+TEST_CASE("rule: a direct call launches the kernels its capture records (counted with CUPTI)") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  if (!wb::ApiCounter::available()) {
+    wb::testing::record_note("CUPTI unavailable, the direct calls' launches were not counted: " +
+                             wb::ApiCounter::unavailable_reason());
+    return;
+  }
+  constexpr int kHeads = 8, kKvHeads = 4, kHs = 8, kSeq = 512, kHidden = 172, kAt = 128;
+  constexpr int dim = kHeads * kHs, kv_dim = kKvHeads * kHs;
+  const std::string shape = "stories260K's shape (8 heads / 4 KV heads x 8, seq_len 512, hidden 172, *pos = 128)";
+  auto rng = wb::rng_for("ch08/direct-launches");
+  const auto filled = [&rng](std::size_t n) {
+    wb::DeviceBuffer<float> b(n);
+    b.upload(wb::random_normal(n, 0.0f, 1.0f, rng));
+    return b;
+  };
+  wb::DeviceBuffer<float> q = filled(dim), k = filled(kv_dim), v = filled(kv_dim),
+                          kc = filled(std::size_t(kSeq) * kv_dim), vc = filled(std::size_t(kSeq) * kv_dim),
+                          att(dim), scores(std::size_t(kHeads) * kSeq), gate = filled(kHidden),
+                          up = filled(kHidden), out(kHidden);
+  wb::DeviceBuffer<int> pos(1);
+  pos.upload(std::span<const int>(&kAt, 1));
+  Stream stream;
+  const std::vector<std::pair<std::string, std::function<void(cudaStream_t)>>> calls = {
+      {"rope_and_append",
+       [&](cudaStream_t st) {
+         ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), dim, kv_dim, kHs, pos.data(), st);
+       }},
+      {"attention",
+       [&](cudaStream_t st) {
+         ch08::attention(att.data(), q.data(), kc.data(), vc.data(), scores.data(), kHeads, kKvHeads, kHs, kSeq,
+                         pos.data(), st);
+       }},
+      {"swiglu", [&](cudaStream_t st) { ch08::swiglu(out.data(), gate.data(), up.data(), kHidden, st); }}};
+  for (const auto& [name, call] : calls) {
+    const std::string what = "ch08 " + name + ", " + shape + ", " + seed_text();
+    call(stream.s);  // warm: whatever a first call does is not counted
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    std::uint64_t direct = 0;
+    {
+      wb::ApiCounter counter;
+      call(stream.s);
+      call(stream.s);
+      direct = counter.counts().launches;
+    }
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    WB_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    try {
+      call(stream.s);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream.s, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      (void)cudaGetLastError();
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream.s, &graph);
+    if (ended != cudaSuccess || graph == nullptr) {
+      (void)cudaGetLastError();
+      FAIL_CHECK(what << ": rule: the calls enqueue on `stream` without synchronizing, allocating or copying. "
+                         "The graph capture of one call failed (" << cudaGetErrorString(ended) << ").\n"
+                      << wb::testing::kEnqueueOnlyHint);
+      continue;
+    }
+    const std::size_t recorded = kernel_nodes(graph);
+    cudaGraphDestroy(graph);
+    // Only more launches than recorded is checked: fewer would slow the graph, not the loop (and a
+    // launch through the driver API, cuLaunchKernel, is not in CUPTI's runtime count).
+    if (direct > 2 * recorded)
+      FAIL_CHECK(what << ": rule: a call does the same work whether or not its stream is being captured. Two "
+                         "direct calls on a created stream launched " << direct << " kernel(s) (CUPTI), but the "
+                         "same call captured into a graph records " << recorded << " kernel node(s) per call: the "
+                         "decoder's step-by-step loop pays host launches per call that its graph does not, which "
+                         "slows that loop alone and inflates graph_over_step_by_step.\nhint: enqueue exactly the "
+                         "same kernels, all on `stream`, whether or not it is being captured: nothing that "
+                         "depends on cudaStreamIsCapturing, no extra or empty launches, no launch on a stream of "
+                         "your own.");
+  }
+}
+
+// The last four cases can end in a sticky CUDA error (a misaligned access, a read far outside
 // an array) that fails every later test of this process: they come after the others.
 
 // token_loop.cuh asks for device pointers, not aligned ones: a pair (x[i], x[i+1]), i even, is
@@ -1160,6 +1330,108 @@ TEST_CASE("attention over caches of more than 2^31 floats (8.8 GB each: 64-bit r
   const std::string overrun = out.overrun("out");
   if (!overrun.empty())
     FAIL_CHECK(what << ": rule: write only your own elements. The kernel " << overrun << ".");
+}
+
+// RoPE's append indexes the same caches: row *pos starts at float *pos * kv_dim, past 2^31 on
+// a wide model over a long context, where an int product wraps around to a negative offset
+// (a write 8 GiB before the cache). 8192 heads x 128 (dim = kv_dim = 2^20) at *pos = 2048:
+// row 2048 starts at float 2^31 exactly. The caches (8.6 GB each) are filled on the device;
+// row *pos starts as NaN, and it and its neighbour row are the only ones read back.
+TEST_CASE("RoPE + append into caches of more than 2^31 floats (8.6 GB each: a 64-bit row offset)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31-float caches are left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  constexpr int kHeads = 8192, kHs = 128, kSeq = 2049;
+  const int last = kSeq - 1;
+  const int dim = kHeads * kHs;  // = kv_dim: 2^20
+  const std::size_t row_n = std::size_t(dim), cache_n = std::size_t(kSeq) * row_n;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  std::optional<wb::DeviceBuffer<float>> kc, vc;
+  try {  // another test process may take the memory between the check and the allocation
+    if (free_bytes >= 2 * cache_n * sizeof(float) + (1ull << 30)) {
+      kc.emplace(cache_n);
+      vc.emplace(cache_n);
+    }
+  } catch (const wb::CudaError& e) {
+    if (e.code() != cudaErrorMemoryAllocation) throw;
+    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
+  }
+  if (!vc) {
+    wb::testing::mark_skipped("skipped: the 2^31-float caches need 18 GB of free device memory, this GPU has " +
+                              std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  const std::string what = "ch08 rope_and_append, dim = kv_dim = 2^20 (8192 heads x head_size 128), seq_len 2049, "
+                           "*pos = 2048 (caches of 2049 rows of 2^20 floats: row 2048 starts at float 2^31), " +
+                           seed_text();
+  const std::string rule =
+      "rule: row *pos of a cache starts at float *pos * kv_dim, 2^31 here: any seq_len and kv_dim are valid."
+      "\nhint: compute the row offset in 64 bits, (size_t)(*pos) * kv_dim: an int product wraps around to a "
+      "negative offset at 2^31 (a write 8 GiB before the cache).";
+  auto rng = wb::rng_for("ch08/rope/2^31-cache");
+  const std::vector<float> q = wb::random_normal(row_n, 0.0f, 1.0f, rng);
+  const std::vector<float> k = wb::random_normal(row_n, 0.0f, 1.0f, rng);
+  const std::vector<float> v = wb::random_normal(row_n, 0.0f, 1.0f, rng);
+  wb::DeviceBuffer<float> q_buf(q), k_buf(k), v_buf(v);
+  wb::DeviceBuffer<int> pos(1);
+  pos.upload(std::span<const int>(&last, 1));
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(kc->data(), cache_n, wb::base_seed(), -1.0f, 1.0f);
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(vc->data(), cache_n, wb::base_seed() + 1, -1.0f, 1.0f);
+  WB_CHECK_LAUNCH("fill_hashed_uniform");
+  WB_CUDA(cudaMemset(kc->data() + std::size_t(last) * row_n, 0xFF, row_n * sizeof(float)));  // NaN
+  WB_CUDA(cudaMemset(vc->data() + std::size_t(last) * row_n, 0xFF, row_n * sizeof(float)));
+  WB_CUDA(cudaDeviceSynchronize());
+  const auto row_of = [&](const wb::DeviceBuffer<float>& cache, int r) {
+    std::vector<float> host(row_n);
+    WB_CUDA(cudaMemcpy(host.data(), cache.data() + std::size_t(r) * row_n, row_n * sizeof(float),
+                       cudaMemcpyDeviceToHost));
+    return host;
+  };
+  const std::vector<float> key_before = row_of(*kc, last - 1), val_before = row_of(*vc, last - 1);
+  std::vector<float> q_got, key_row, val_row;
+  try {
+    Stream stream;
+    ch08::rope_and_append(q_buf.data(), k_buf.data(), v_buf.data(), kc->data(), vc->data(), dim, dim, kHs,
+                          pos.data(), stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    q_got = q_buf.download();
+    key_row = row_of(*kc, last);
+    val_row = row_of(*vc, last);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK(what << ": the call failed (" << first_line(e) << ").\n" << rule);
+    return;  // a fault is sticky: nothing more can run on this device
+  }
+  if (row_of(*kc, last - 1) != key_before || row_of(*vc, last - 1) != val_before) {
+    FAIL_CHECK(what << ": rule: write row *pos of the caches and nothing else. Row 2047 changed.\n" << rule);
+    return;
+  }
+  const auto index_in = [](const std::string& name) {
+    return [name](std::size_t i) {
+      return name + "[" + std::to_string(i) + "] (head " + std::to_string(i / kHs) + ", element " +
+             std::to_string(i % kHs) + ")";
+    };
+  };
+  const std::vector<double> v_exact(v.begin(), v.end());
+  const std::string v_bad = ref::mismatches(val_row, v_exact, [](std::size_t) { return 0.0; },
+                                            index_in("value_cache row *pos"));
+  const std::vector<double> k_tol = ref::rope_tolerance(k, kHs, last);
+  const std::string k_bad = ref::mismatches(key_row, ref::rope(k, kHs, last), [&](std::size_t i) { return k_tol[i]; },
+                                            index_in("key_cache row *pos"));
+  if (!v_bad.empty() || !k_bad.empty()) {
+    FAIL_CHECK(what << ": the row *pos of the caches is not k rotated and v (row *pos started as NaN): "
+                    << (v_bad.empty() ? k_bad : v_bad) << "\n" << rule);
+    return;
+  }
+  const std::vector<double> q_tol = ref::rope_tolerance(q, kHs, last);
+  const std::string q_bad = ref::mismatches(q_got, ref::rope(q, kHs, last), [&](std::size_t i) { return q_tol[i]; },
+                                            index_in("q"));
+  if (!q_bad.empty())
+    FAIL_CHECK(what << ": rule: q is rotated in place by RoPE at position *pos. " << q_bad << "\n" << kRopeHint);
 }
 
 // Last: every kernel of the reference (namespace ch08::kernels) must have run above.
