@@ -1239,6 +1239,29 @@ TEST_CASE("attention with 50000 heads over 50000 KV heads (h * n_kv_heads past 2
   }
 }
 
+// Two caches of `floats` floats each (the 2^31-float cases), or none, the test marked skipped
+// and saying why, when the GPU lacks the memory. Another test process may take the memory
+// between the check and the allocation: that failure is a skip too.
+struct BigCaches {
+  explicit BigCaches(std::size_t floats) : k(floats), v(floats) {}
+  wb::DeviceBuffer<float> k, v;
+};
+std::unique_ptr<BigCaches> big_caches_or_skip(std::size_t floats) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t need = 2 * floats * sizeof(float) + (1ull << 30);
+  try {
+    if (free_bytes >= need) return std::make_unique<BigCaches>(floats);
+  } catch (const wb::CudaError& e) {
+    if (e.code() != cudaErrorMemoryAllocation) throw;
+    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
+  }
+  wb::testing::mark_skipped("skipped: the 2^31-float caches need " + std::to_string((need + 999999999) / 1000000000) +
+                            " GB of free device memory, this GPU has " + std::to_string(free_bytes / 1000000000) +
+                            " GB free");
+  return nullptr;
+}
+
 // The header bounds neither seq_len nor the caches: a wide model's cache over a long context
 // passes 2^31 floats, where an int row offset t * kv_dim wraps around to a negative one.
 // 4096 heads x 256 (kv_dim 2^20) over 2100 positions: row 2048 starts at float 2^31, and the
@@ -1253,23 +1276,10 @@ TEST_CASE("attention over caches of more than 2^31 floats (8.8 GB each: 64-bit r
   constexpr int kHeads = 4096, kHs = 256, kSeq = 2100;
   const int last = kSeq - 1;
   const std::size_t kv_dim = std::size_t(kHeads) * kHs, cache_n = kSeq * kv_dim;
-  std::size_t free_bytes = 0, total_bytes = 0;
-  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  std::optional<wb::DeviceBuffer<float>> kc, vc;
-  try {  // another test process may take the memory between the check and the allocation
-    if (free_bytes >= 2 * cache_n * sizeof(float) + (1ull << 30)) {
-      kc.emplace(cache_n);
-      vc.emplace(cache_n);
-    }
-  } catch (const wb::CudaError& e) {
-    if (e.code() != cudaErrorMemoryAllocation) throw;
-    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
-  }
-  if (!vc) {
-    wb::testing::mark_skipped("skipped: the 2^31-float caches need 19 GB of free device memory, this GPU has " +
-                              std::to_string(free_bytes >> 30) + " GB");
-    return;
-  }
+  const std::unique_ptr<BigCaches> caches = big_caches_or_skip(cache_n);
+  if (!caches) return;
+  wb::DeviceBuffer<float>* const kc = &caches->k;
+  wb::DeviceBuffer<float>* const vc = &caches->v;
   const std::string what = "ch08 attention, 4096 heads / 4096 KV heads x head_size 256, seq_len 2100, *pos = 2099 "
                            "(caches of 2100 rows of 2^20 floats: row 2048 starts at float 2^31), " + seed_text();
   const std::string rule =
@@ -1347,23 +1357,10 @@ TEST_CASE("RoPE + append into caches of more than 2^31 floats (8.6 GB each: a 64
   const int last = kSeq - 1;
   const int dim = kHeads * kHs;  // = kv_dim: 2^20
   const std::size_t row_n = std::size_t(dim), cache_n = std::size_t(kSeq) * row_n;
-  std::size_t free_bytes = 0, total_bytes = 0;
-  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  std::optional<wb::DeviceBuffer<float>> kc, vc;
-  try {  // another test process may take the memory between the check and the allocation
-    if (free_bytes >= 2 * cache_n * sizeof(float) + (1ull << 30)) {
-      kc.emplace(cache_n);
-      vc.emplace(cache_n);
-    }
-  } catch (const wb::CudaError& e) {
-    if (e.code() != cudaErrorMemoryAllocation) throw;
-    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
-  }
-  if (!vc) {
-    wb::testing::mark_skipped("skipped: the 2^31-float caches need 18 GB of free device memory, this GPU has " +
-                              std::to_string(free_bytes >> 30) + " GB");
-    return;
-  }
+  const std::unique_ptr<BigCaches> caches = big_caches_or_skip(cache_n);
+  if (!caches) return;
+  wb::DeviceBuffer<float>* const kc = &caches->k;
+  wb::DeviceBuffer<float>* const vc = &caches->v;
   const std::string what = "ch08 rope_and_append, dim = kv_dim = 2^20 (8192 heads x head_size 128), seq_len 2049, "
                            "*pos = 2048 (caches of 2049 rows of 2^20 floats: row 2048 starts at float 2^31), " +
                            seed_text();
