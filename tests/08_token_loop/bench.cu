@@ -14,6 +14,7 @@
 //
 //   build/bin/bench_08_<build> [--out FILE] [--quick] [--steps N] [--persistent-blocks B,...]
 //                              [--persistent-prefetch-ahead S,...] [--persistent-poll-ns NS,...]
+//                              [--persistent-trace POS,...]
 //   build/bin/bench_08_<build> generate [--model F] [--tokenizer F] [--prompt TEXT] [--steps N]
 //                              [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //                              [--step graph|step_by_step|persistent] [--plan auto|grid|cluster]
@@ -67,11 +68,13 @@ void print_row(const std::string& variant, double tps, double cpu_tps, double ro
   std::fflush(stdout);
 }
 
-// What --persistent-blocks, --persistent-prefetch-ahead and --persistent-poll-ns ask to time.
+// What --persistent-blocks, --persistent-prefetch-ahead and --persistent-poll-ns ask to time,
+// and --persistent-trace to trace.
 struct Sweeps {
   std::vector<int> grids;
   std::vector<int> prefetch_ahead;
   std::vector<unsigned> poll_ns;
+  std::vector<int> trace_positions;
 };
 
 // The persistent step's tokens/s at other grid sizes (--persistent-blocks), printed only: how
@@ -122,6 +125,31 @@ void sweep_persistent_tuning(ch08::GpuDecoder& dec, const Sweeps& sweeps, int st
              &ch08::PersistentTuning::prefetch_ahead, steps);
   sweep_knob(dec, "sleep between polls (ns: tok/s)", sweeps.poll_ns, &ch08::PersistentTuning::poll_sleep_ns, steps);
   dec.set_persistent_tuning(ch08::PersistentTuning{});
+  dec.set_persistent_plan(chosen);
+}
+
+// Where one token's time goes inside the persistent step (grid plan), at each position asked
+// (--persistent-trace): one traced launch after the positions before it, teacher-forced, as
+// hand-off, work and straggle per stage (ch08::trace_table); printed only.
+void trace_persistent(ch08::GpuDecoder& dec, const Model& model, const std::vector<int>& positions) {
+  if (positions.empty() || !dec.persistent_step()) return;
+  dec.set_mode(ch08::StepMode::Persistent);
+  const ch08::PersistentPlan chosen = dec.persistent_step()->plan();
+  dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+  const int vocab = model.config().vocab_size, seq_len = model.config().seq_len;
+  for (const int pos : positions) {
+    if (pos < 0 || pos >= seq_len) {
+      std::printf("  (no trace at position %d: the context is 0..%d)\n", pos, seq_len - 1);
+      continue;
+    }
+    dec.reset();
+    for (int p = 0; p < pos; ++p) (void)dec.forward_logits((1 + p) % vocab);
+    const ch08::StepTrace trace = dec.trace_persistent_step((1 + pos) % vocab);
+    std::printf("  persistent step (grid plan, %d blocks), one token traced at position %d:\n", trace.blocks, pos);
+    for (const std::string& line : ch08::trace_table(trace)) std::printf("    %s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  dec.reset();
   dec.set_persistent_plan(chosen);
 }
 
@@ -244,6 +272,7 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
     }
     sweep_persistent_blocks(dec, sweeps.grids, steps);
     sweep_persistent_tuning(dec, sweeps, steps);
+    trace_persistent(dec, model, sweeps.trace_positions);
     std::printf("  stages of the step as graphs (us, position %d): embed+norm %.1f, matvec %.1f, rope %.1f, attention %.1f, "
                 "swiglu %.1f, sampler %.1f; roofline %.0f tok/s (%.1f MB per token at %.0f GB/s)\n",
                 stage_position, stages.embed_norm_us, stages.matvec_us, stages.rope_us, stages.attention_us, stages.swiglu_us,
@@ -382,6 +411,11 @@ int main(int argc, char** argv) {
                  "written)")
       ->delimiter(',')
       ->check(CLI::Range(0u, ch08::PersistentTuning::kMaxPollSleepNs));
+  app.add_option("--persistent-trace", sweeps.trace_positions,
+                 "also trace one token of the grid plan at these positions: per stage, the hand-off from the last "
+                 "writer, the work and the straggle (printed, not written)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 20));
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "generate text with the chapter 08 decoder (./workbook generate --backend 08)");

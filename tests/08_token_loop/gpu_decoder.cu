@@ -350,6 +350,16 @@ void GpuDecoder::set_persistent_plan(PersistentPlan plan) {
   persistent_->set_plan(plan);
 }
 
+StepTrace GpuDecoder::trace_persistent_step(int token, std::vector<float>* logits) {
+  if (mode_ != StepMode::Persistent || persistent_->plan() != PersistentPlan::Grid)
+    throw std::logic_error("ch08 GpuDecoder: trace_persistent_step needs StepMode::Persistent on the grid plan");
+  WB_CUDA(cudaStreamSynchronize(stream_));
+  persistent_->arm_trace();
+  std::vector<float> got = forward_logits(token);
+  if (logits) *logits = std::move(got);
+  return persistent_->read_trace();
+}
+
 void GpuDecoder::reset() {
   pos_ = 0;
   WB_CUDA(cudaMemsetAsync(b_->pos, 0, sizeof(int), stream_));

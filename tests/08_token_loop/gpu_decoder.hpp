@@ -137,6 +137,11 @@ class GpuDecoder {
   // the model's size); waits for the stream. Throws std::invalid_argument, saying why, where
   // the persistent step or that plan cannot run.
   void set_persistent_plan(PersistentPlan plan);
+  // One step at the current position, teacher-forced with `token`, traced (StepTrace: where
+  // each stage of each block started and ended; bench 08's --persistent-trace); its logits go
+  // to *logits when given. Needs StepMode::Persistent on the Grid plan; throws std::logic_error
+  // otherwise.
+  StepTrace trace_persistent_step(int token, std::vector<float>* logits = nullptr);
 
   // Restarts at position 0 (the KV cache of earlier positions is simply overwritten).
   void reset();

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "bulk_copy.cuh"
 #include "cluster_step.hpp"
@@ -17,6 +19,7 @@
 #include "greedy_pick.cuh"
 #include "tagged_values.cuh"
 #include "wb/check.hpp"
+#include "wb/global_timer.cuh"
 
 namespace ch08 {
 namespace {
@@ -58,6 +61,9 @@ struct Params : StepShape {
   int prefetch_ahead;      // PersistentTuning's: stages from the one sent to the one asked of L2
   int history_rows;      // cache rows a head block keeps in shared memory
   std::uint32_t slot_bytes;  // a weight ring slot's size (slot_bytes_for)
+  // Null, or this launch's trace: [block][kStampsPerLayer * n_layers + kFinalStamps] stamps of
+  // the global timer (PersistentStep::arm_trace; stamp() below).
+  unsigned long long* trace;
 };
 
 // A slot holds whole rows: at least kMinSlotBytes, at least the longest row (16-byte units).
@@ -625,6 +631,17 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
   block_sync();  // s.q, s.k, s.v, s.partial are the next head's
 }
 
+// ---- The trace (bench 08's --persistent-trace) -------------------------------------------------
+// In a traced launch thread 0 of every block stamps the global timer where a stage's input is
+// complete and where its outputs are published (StepStamp in persistent_step.hpp), so the host
+// can tell the hand-offs (the last writer's stamp to a reader's) from the stages' own work. An
+// untraced launch pays one uniform branch per stamp.
+__device__ __forceinline__ void stamp(const Params& p, int layer, StepStamp which) {
+  if (p.trace == nullptr || threadIdx.x != 0) return;
+  const int per_block = kStampsPerLayer * p.n_layers + kFinalStamps;
+  p.trace[std::size_t(blockIdx.x) * per_block + layer * kStampsPerLayer + int(which)] = wb::global_timer_ns();
+}
+
 // ---- Greedy decoding's token ----------------------------------------------------------------
 // The decoder's greedy loop needs only the argmax of the logits, so the step picks it itself and
 // the sampler's launch is skipped (GpuDecoder::decode): each block among its rows of the
@@ -712,41 +729,52 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     } else {
       await_vector(p.act.xb, dim, before, s.vec, p);
     }
+    stamp(p, l, StepStamp::QkvIn);
     rmsnorm_in_place(s.vec, dim, norm, s.red);
     matvec(ring, wqkv_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.qkv + r, d, tag); });
+    stamp(p, l, StepStamp::QkvOut);
     // B: att = attention(q, the caches + this position's k and v), a block per query head
     for (int h = blockIdx.x; h < p.n_heads; h += gridDim.x)
       attention_head(p, s, l, h, pos, tag, h == int(blockIdx.x) ? copied : 0);
+    stamp(p, l, StepStamp::AttentionOut);
     // C: xa = x + Wo att (x: the residual rows; layer 0's came with the embedding row)
     if (l > 0)
       for (int j = tid; j < mine.end - mine.begin; j += kThreads)
         s.res[j] = tagged::await(p.act.xb + mine.begin + j, before, p.poll_sleep_ns);
     await_vector(p.act.att, dim, tag, s.vec, p);
     block_sync();
+    stamp(p, l, StepStamp::WoIn);
     matvec(ring, wo_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.xa + r, s.res[r - mine.begin] + d, tag); });
+    stamp(p, l, StepStamp::WoOut);
     // D: g = swiglu(W1 h, W3 h) for this block's hidden units, h = RMSNorm(xa)
     load_norm(norm, p.w.rms_ffn + L * dim, dim);
     await_vector(p.act.xa, dim, tag, s.vec, p);
+    stamp(p, l, StepStamp::W13In);
     rmsnorm_in_place(s.vec, dim, norm, s.red);
     matvec_pair(ring, w1_of(p, l), w3_of(p, l), s.vec,
                 [&](int j, float gate, float up) { tagged::publish(p.act.g + j, swiglu(gate, up), tag); });
+    stamp(p, l, StepStamp::W13Out);
     // E: xb = xa + W2 g
     for (int j = tid; j < mine.end - mine.begin; j += kThreads)
       s.res[j] = tagged::await(p.act.xa + mine.begin + j, tag, p.poll_sleep_ns);
     await_vector(p.act.g, hidden, tag, s.vec, p);
     block_sync();
+    stamp(p, l, StepStamp::W2In);
     matvec(ring, w2_of(p, l), s.vec, [&](int r, float v) { tagged::publish(p.act.xb + r, s.res[r - mine.begin] + v, tag); });
+    stamp(p, l, StepStamp::W2Out);
   }
   // logits = classifier RMSNorm(xb), and greedy decoding's pick of the next token
   const std::uint32_t last = layer_tag(p, p.n_layers - 1);
   load_norm(norm, p.w.rms_final, dim);
   await_vector(p.act.xb, dim, last, s.vec, p);
+  stamp(p, p.n_layers, StepStamp::QkvIn);  // the classifier's input: the last layer's xb
   rmsnorm_in_place(s.vec, dim, norm, s.red);
   greedy::Pick pick = greedy::none();  // a warp's rows come in increasing order, to its lane 0
   matvec(ring, classifier_of(p), s.vec, [&](int r, float v) {
     __stcg(p.io.logits + r, v);
     pick = greedy::consider(pick, r, v);
   });
+  stamp(p, p.n_layers, StepStamp::QkvOut);  // the classifier's rows written
   pick_token(p, s, pick, pos, last);
   // Every block read *pos and *token before writing its rows of xb, and block 0 has read all of
   // xb (and every block's pick).
@@ -820,6 +848,101 @@ void check_layer_strides(const GpuModel& model) {
 StepShape step_shape(const wb::model::Config& c) {
   return StepShape{c.dim,      c.hidden_dim,  c.n_layers,    c.n_heads, c.n_kv_heads,
                    c.head_size(), c.kv_dim(), c.vocab_size, c.seq_len};
+}
+
+namespace {
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+}  // namespace
+
+std::vector<std::string> trace_table(const StepTrace& t) {
+  using S = StepStamp;
+  const int heads = std::min(t.n_heads, t.blocks);  // the blocks that compute attention
+  // Over blocks [0, upto): the latest stamp, the median and the earliest, in ns.
+  const auto latest = [&](int layer, S which, int upto) {
+    unsigned long long m = 0;
+    for (int b = 0; b < upto; ++b) m = std::max(m, t.at(b, layer, which));
+    return double(m);
+  };
+  const auto earliest = [&](int layer, S which) {
+    unsigned long long m = ~0ull;
+    for (int b = 0; b < t.blocks; ++b) m = std::min(m, t.at(b, layer, which));
+    return double(m);
+  };
+  const auto median_stamp = [&](int layer, S which) {
+    std::vector<double> v;
+    for (int b = 0; b < t.blocks; ++b) v.push_back(double(t.at(b, layer, which)));
+    return median_of(v);
+  };
+  const auto median_span = [&](int layer, S from, S to, int upto) {
+    std::vector<double> v;
+    for (int b = 0; b < upto; ++b) v.push_back(double(t.at(b, layer, to)) - double(t.at(b, layer, from)));
+    return median_of(v);
+  };
+  struct Row {
+    const char* name;
+    std::vector<double> handoff, work, straggle;
+  };
+  std::vector<Row> rows = {{"Wqkv (input: xb)", {}, {}, {}},
+                           {"attention (input: qkv)", {}, {}, {}},
+                           {"Wo (input: att)", {}, {}, {}},
+                           {"W1|W3 (input: xa)", {}, {}, {}},
+                           {"W2 (input: g)", {}, {}, {}},
+                           {"classifier (input: xb)", {}, {}, {}}};
+  std::vector<double> layer_ns;
+  for (int l = 0; l < t.n_layers; ++l) {
+    if (l > 0) {
+      rows[0].handoff.push_back(median_stamp(l, S::QkvIn) - latest(l - 1, S::W2Out, t.blocks));
+      rows[0].straggle.push_back(latest(l, S::QkvIn, t.blocks) - earliest(l, S::QkvIn));
+    }
+    rows[0].work.push_back(median_span(l, S::QkvIn, S::QkvOut, t.blocks));
+    // Attention: from the last qkv row published to the heads' outputs (each head waits for
+    // its own q, k and v, so this is the heads' wait and work together).
+    std::vector<double> att;
+    const double qkv_ready = latest(l, S::QkvOut, t.blocks);
+    for (int b = 0; b < heads; ++b) att.push_back(double(t.at(b, l, S::AttentionOut)) - qkv_ready);
+    rows[1].work.push_back(median_of(att));
+    const struct {
+      int row;
+      S in, out, before;
+      int writers;
+    } stages[] = {{2, S::WoIn, S::WoOut, S::AttentionOut, heads},
+                  {3, S::W13In, S::W13Out, S::WoOut, t.blocks},
+                  {4, S::W2In, S::W2Out, S::W13Out, t.blocks}};
+    for (const auto& st : stages) {
+      rows[std::size_t(st.row)].handoff.push_back(median_stamp(l, st.in) - latest(l, st.before, st.writers));
+      rows[std::size_t(st.row)].work.push_back(median_span(l, st.in, st.out, t.blocks));
+      rows[std::size_t(st.row)].straggle.push_back(latest(l, st.in, t.blocks) - earliest(l, st.in));
+    }
+    if (l + 1 < t.n_layers) layer_ns.push_back(median_stamp(l + 1, S::QkvIn) - median_stamp(l, S::QkvIn));
+  }
+  const int f = t.n_layers;  // the classifier's stamps
+  rows[5].handoff.push_back(median_stamp(f, S::QkvIn) - latest(f - 1, S::W2Out, t.blocks));
+  rows[5].work.push_back(median_span(f, S::QkvIn, S::QkvOut, t.blocks));
+  rows[5].straggle.push_back(latest(f, S::QkvIn, t.blocks) - earliest(f, S::QkvIn));
+
+  std::vector<std::string> lines;
+  char line[160];
+  std::snprintf(line, sizeof line, "%-24s %12s %12s %12s", "stage (median of layers)", "hand-off us", "work us",
+                "straggle us");
+  lines.emplace_back(line);
+  const auto us = [](const std::vector<double>& v) {  // "-": not measured for that stage
+    char cell[32] = "-";
+    if (!v.empty()) std::snprintf(cell, sizeof cell, "%.2f", median_of(v) / 1e3);
+    return std::string(cell);
+  };
+  for (const Row& r : rows) {
+    std::snprintf(line, sizeof line, "%-24s %12s %12s %12s", r.name, us(r.handoff).c_str(), us(r.work).c_str(),
+                  us(r.straggle).c_str());
+    lines.emplace_back(line);
+  }
+  std::snprintf(line, sizeof line, "a layer (median block's Wqkv input to the next's): %s us; the token: %.2f us",
+                us(layer_ns).c_str(), (latest(f, S::QkvOut, t.blocks) - earliest(0, S::QkvIn)) / 1e3);
+  lines.emplace_back(line);
+  return lines;
 }
 
 const char* plan_name(PersistentPlan plan) { return plan == PersistentPlan::Cluster ? "cluster" : "grid"; }
@@ -919,6 +1042,30 @@ void PersistentStep::set_plan(PersistentPlan plan) {
 
 PersistentStep::~PersistentStep() {
   if (tagged_) cudaFree(tagged_);
+  if (trace_) cudaFree(trace_);
+}
+
+void PersistentStep::arm_trace() {
+  const wb::model::Config& c = model_.config();
+  if (!trace_) {
+    const std::size_t stamps = std::size_t(max_blocks_) * std::size_t(kStampsPerLayer * c.n_layers + kFinalStamps);
+    WB_CUDA(cudaMalloc(&trace_, stamps * sizeof(unsigned long long)));
+  }
+  trace_armed_ = true;
+  trace_written_ = false;
+}
+
+StepTrace PersistentStep::read_trace() {
+  if (!trace_written_) throw std::logic_error("ch08 persistent step: read_trace() without a traced grid-plan launch");
+  const wb::model::Config& c = model_.config();
+  StepTrace t;
+  t.blocks = blocks_;
+  t.n_layers = c.n_layers;
+  t.n_heads = c.n_heads;
+  t.ns.resize(std::size_t(blocks_) * std::size_t(kStampsPerLayer * c.n_layers + kFinalStamps));
+  WB_CUDA(cudaDeviceSynchronize());  // the launch ran on the decoder's non-blocking stream
+  WB_CUDA(cudaMemcpy(t.ns.data(), trace_, t.ns.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  return t;
 }
 
 void PersistentStep::set_tuning(const PersistentTuning& tuning) {
@@ -960,6 +1107,9 @@ void PersistentStep::enqueue(cudaStream_t stream) {
   p.history_rows = history_rows_;
   p.poll_sleep_ns = tuning_.poll_sleep_ns;
   p.prefetch_ahead = tuning_.prefetch_ahead;
+  p.trace = trace_armed_ ? trace_ : nullptr;
+  trace_written_ = trace_armed_;
+  trace_armed_ = false;
   cudaLaunchAttribute cooperative{};
   cooperative.id = cudaLaunchAttributeCooperative;  // every block resident at once, or an error
   cooperative.val.cooperative = 1;

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace wb::model {
 struct Config;
@@ -103,6 +104,29 @@ struct PersistentTuning {
   unsigned poll_sleep_ns = 32;  // __nanosleep between two polls of a tagged value not yet written
 };
 
+// The Grid plan's trace (bench 08's --persistent-trace): in one launch, thread 0 of every block
+// stamps the GPU's global timer (ns) where each stage's input is complete (...In) and where its
+// outputs are published (...Out), per layer; the attention heads' blocks stamp AttentionOut
+// when their heads are published (the others right after QkvOut). After the last layer, the
+// classifier's input and output take the QkvIn and QkvOut places of "layer" n_layers.
+enum class StepStamp { QkvIn, QkvOut, AttentionOut, WoIn, WoOut, W13In, W13Out, W2In, W2Out };
+constexpr int kStampsPerLayer = 9, kFinalStamps = 2;
+
+struct StepTrace {
+  int blocks = 0, n_layers = 0, n_heads = 0;
+  std::vector<unsigned long long> ns;  // [block][kStampsPerLayer * n_layers + kFinalStamps]
+  unsigned long long at(int block, int layer, StepStamp which) const {
+    return ns[std::size_t(block) * std::size_t(kStampsPerLayer * n_layers + kFinalStamps) +
+              std::size_t(layer * kStampsPerLayer + int(which))];
+  }
+};
+
+// Where a traced token's time went, per stage, as medians over the layers (µs): the hand-off
+// (from the last block's publish of the stage's input to the median block having all of it),
+// the stage's own work (median block, input complete to output published), and the straggle
+// (the last block's input minus the first's). Lines of a table, for printing.
+std::vector<std::string> trace_table(const StepTrace& trace);
+
 class PersistentStep {
  public:
   // Plans the kernel for this model on the current device (one block per SM, shared memory
@@ -139,6 +163,11 @@ class PersistentStep {
   // launches.
   void set_tuning(const PersistentTuning& tuning);
   const PersistentTuning& tuning() const { return tuning_; }
+  // The next Grid plan launch records a StepTrace (one launch only: the stamps cost a little);
+  // read_trace() waits for the device and returns it. Throws std::logic_error when no traced
+  // launch has run since arm_trace().
+  void arm_trace();
+  StepTrace read_trace();
   // Whether a launch also writes greedy decoding's next token into *token (the argmax of the
   // logits, chapter 07's greedy rule: greedy_pick.cuh): then a greedy decoder needs no sampler
   // launch. Both plans do.
@@ -158,6 +187,8 @@ class PersistentStep {
   PersistentPlan plan_ = PersistentPlan::Grid;
   std::string cluster_unavailable_;
   std::unique_ptr<ClusterStep> cluster_;  // the Cluster plan, where it can run
+  unsigned long long* trace_ = nullptr;  // arm_trace's buffer, allocated on first use
+  bool trace_armed_ = false, trace_written_ = false;
 };
 
 }  // namespace ch08

@@ -278,6 +278,44 @@ TEST_CASE("persistent step: the grid plan's logits are the same bit for bit what
   }
 }
 
+// bench 08's --persistent-trace: a traced launch stamps the global timer at every stage of every
+// block. It must not change the step (same logits, bit for bit), and each block's stamps must
+// follow its stages' order (a stamp in the wrong place would make the trace's table lie).
+TEST_CASE("persistent step: a traced step gives the same logits bit for bit, each block's stamps in stage order") {
+  WB_REQUIRE_GPU();
+  const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
+  if (!persistent_runs_here(m)) return;
+  const std::vector<int> tokens = random_sequence(m, persistent_steps(8), "ch08/persistent/trace");
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  dec.set_mode(ch08::StepMode::Persistent);
+  dec.set_persistent_plan(ch08::PersistentPlan::Grid);
+  std::vector<float> want, got;
+  for (int t : tokens) want = dec.forward_logits(t);
+  dec.reset();
+  for (std::size_t i = 0; i + 1 < tokens.size(); ++i) (void)dec.forward_logits(tokens[i]);
+  const ch08::StepTrace trace = dec.trace_persistent_step(tokens.back(), &got);
+  const std::string differs = first_bit_difference({got}, {want});
+  CHECK_MESSAGE(differs.empty(), "ch08 persistent step: the traced step's logits differ from the untraced: " << differs);
+  REQUIRE(trace.ns.size() == std::size_t(trace.blocks) *
+                                 std::size_t(ch08::kStampsPerLayer * trace.n_layers + ch08::kFinalStamps));
+  using S = ch08::StepStamp;
+  for (int b = 0; b < trace.blocks; ++b) {
+    std::vector<unsigned long long> order;  // this block's stamps in the order its stages run
+    for (int l = 0; l < trace.n_layers; ++l)
+      for (S s : {S::QkvIn, S::QkvOut, S::AttentionOut, S::WoIn, S::WoOut, S::W13In, S::W13Out, S::W2In, S::W2Out})
+        order.push_back(trace.at(b, l, s));
+    order.push_back(trace.at(b, trace.n_layers, S::QkvIn));
+    order.push_back(trace.at(b, trace.n_layers, S::QkvOut));
+    CAPTURE(b);
+    CHECK(order.front() > 0);
+    CHECK(std::is_sorted(order.begin(), order.end()));
+  }
+  CHECK(ch08::trace_table(trace).size() == 8);  // a header, six stages, the totals
+  dec.set_mode(ch08::StepMode::Graph);
+  CHECK_THROWS_AS((void)dec.trace_persistent_step(tokens.front()), std::logic_error);
+}
+
 TEST_CASE("persistent step: greedy decoding gives the CPU engine's tokens and llama2.c's text (stories260K)") {
   WB_REQUIRE_GPU();
   const auto stories = stories_or_skip_here();
