@@ -253,6 +253,10 @@ TEST_CASE("rule: record the new capacity only after the allocation succeeded (a 
                                      "rule: record the new capacity only after the allocation succeeded; after "
                                      "cudaFree, set the pointer to nullptr and the capacity to 0."};
   {
+    // What the object holds on the device, counted with CUPTI from before its first call (a failed
+    // cudaMalloc is not counted: it allocated nothing).
+    std::optional<wb::ApiCounter> held;
+    if (wb::ApiCounter::available()) held.emplace();
     ch02::PreallocatedMatvec p;
     const wb::model::HostMatvec call = [&p](float* o, const float* xv, const float* W, int nn, int dd) {
       p.matvec(o, xv, W, nn, dd);
@@ -274,6 +278,24 @@ TEST_CASE("rule: record the new capacity only after the allocation succeeded (a 
            << " floats: the object claims a buffer it does not have, and the next call that fits that capacity "
               "copies W into freed memory.\nhint: in ensure_capacity: cudaFree the old buffer, *buffer = nullptr, "
               "*capacity = 0, WB_CUDA(cudaMalloc(...)), and only then *capacity = count.");
+    } else if (const std::uint64_t claimed = 4 * (std::uint64_t(p.w_capacity()) + p.x_capacity() + p.y_capacity());
+               held && held->counts().live_device_bytes() < std::int64_t(claimed)) {
+      // The growth freed the old W buffer before its cudaMalloc failed: a capacity still claiming
+      // it (the old one, not the new one) makes the next call that fits skip the allocation and
+      // copy W into freed memory (or a null pointer). Counted, not run: that copy could land in
+      // memory that now belongs to someone else.
+      FAIL_CHECK("chapter 02: rule: a capacity describes a buffer you still hold, also after a failed growth. A "
+                 "288x288 call, then a call with W "
+                 << d << "x" << n << " (over twice this device's memory) whose cudaMalloc failed, as it must: "
+                 << "the capacities now say W " << p.w_capacity() << ", x " << p.x_capacity() << ", y "
+                 << p.y_capacity() << " floats (" << bytes(claimed) << "), but the object holds "
+                 << bytes(std::uint64_t(std::max<std::int64_t>(held->counts().live_device_bytes(), 0)))
+                 << " of device memory (" << held->counts().resources()
+                 << "): the old W buffer was freed and its capacity kept, so the next call that fits it (a 300x200 "
+                    "W) would skip the allocation and copy W into freed memory.\nhint: in ensure_capacity, right "
+                    "after cudaFree(*buffer): *buffer = nullptr; *capacity = 0; only then cudaMalloc, and "
+                    "*capacity = count once it succeeded. A failed cudaMalloc then leaves capacity 0, and the next "
+                    "call allocates again.");
     } else {  // the next call that fits the device must allocate again and be right
       WB_CHECK_RESULT(wb::model::check_host_matvec(call, 200, 300, check));
     }

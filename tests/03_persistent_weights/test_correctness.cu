@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -223,6 +224,20 @@ TEST_CASE("matvec with a W outside the loaded weights is an error") {
                           "starting 5 floats before the end of 1000 loaded floats did not throw (the kernel would "
                           "read 95 floats past the device copy).\nhint: check W + n*d <= base + count as well as "
                           "W >= base, or call offset_inside(W, n*d, host_weights_, weight_count_).");
+  // Loaded weights that are a part of a bigger array (floats 100 to 999): a 10x10 W at float 50
+  // starts 50 floats BEFORE them and ends 50 floats inside. Its offset W - base is -50: as a
+  // size_t that is 2^64 - 50, and 2^64 - 50 + 100 wraps to 50, which "fits" 900.
+  ch03::PersistentMatvec part;
+  part.load(weights.data() + 100, 900);
+  part.matvec(out.data(), x.data(), weights.data() + 100, 10, 10);  // valid: the first 100 loaded floats
+  CHECK_THROWS_AS_MESSAGE(part.matvec(out.data(), x.data(), weights.data() + 50, 10, 10), std::invalid_argument,
+                          "chapter 03: rule: every float of W lies inside the loaded weights, its start too. With "
+                          "floats 100 to 999 of an array loaded, a 10x10 W at float 50 (starting 50 floats before "
+                          "the loaded weights, ending 50 floats inside) did not throw std::invalid_argument (the "
+                          "kernel would read 50 floats before the device copy).\nhint: an offset computed as "
+                          "std::size_t(W - base) wraps for a W below base (2^64 - 50), and offset + n*d wraps back "
+                          "to a small number that passes 'offset + n*d <= count': check W >= base before you "
+                          "subtract, or call offset_inside(W, n*d, host_weights_, weight_count_), which does.");
 }
 
 TEST_CASE("load again replaces the weights: same pointer or another array, new values (and the old copy is freed)") {
@@ -238,11 +253,20 @@ TEST_CASE("load again replaces the weights: same pointer or another array, new v
   ch03::PersistentMatvec p;
   wb::ApiCounter since_start;
   std::int64_t live_after_first_load = 0;
-  for (int load = 0; load < 5; ++load) {
+  // Load 6: the same pointer again with ONE weight changed in place (inside the second matrix,
+  // away from its first, middle and last floats): a load() that compares a few sampled values
+  // to decide whether to upload misses it.
+  const std::size_t changed = second + 4 * std::size_t(n) + 37;  // row 4, column 37 of the second matrix
+  for (int load = 0; load < 6; ++load) {
     CAPTURE(load);
     std::vector<float>& loaded = load == 3 ? elsewhere : weights;
-    const std::string which = load == 3 ? "another array of the same size" : "same pointer";
-    matvec_edges::refill(loaded, "ch03/reload/weights" + std::to_string(load));
+    const std::string which = load == 3   ? "another array of the same size"
+                              : load == 5 ? "same pointer, one weight changed in place"
+                                          : "same pointer";
+    if (load == 5)
+      weights[changed] += 64.0f;  // the rest as load 5 left them
+    else
+      matvec_edges::refill(loaded, "ch03/reload/weights" + std::to_string(load));
     matvec_edges::refill(x, "ch03/reload/x" + std::to_string(load));
     wb::ApiCounter at_load;
     p.load(loaded.data(), loaded.size());
@@ -255,7 +279,8 @@ TEST_CASE("load again replaces the weights: same pointer or another array, new v
             "PersistentMatvec::matvec after load " + std::to_string(load + 1) + " (" + which +
                 ", new values; matrix at offset " + std::to_string(offset) + ")",
             "rule: loading again replaces the weights. load() is the caller saying the weights changed: upload "
-            "them every time it is called, even with the same pointer and count as before.");
+            "them every time it is called, even with the same pointer and count as before (and even when a few "
+            "sampled values look unchanged: load 6 changes one weight of " + std::to_string(loaded.size()) + ").");
       } catch (const wb::NotImplemented&) {
         throw;  // a starter: "to do"
       } catch (const std::invalid_argument& e) {
@@ -581,6 +606,10 @@ TEST_CASE("a load() that fails (more weights than the GPU holds) loads nothing: 
   const std::vector<float> weights = matvec_edges::signed_values(std::size_t(n) * d, "ch03/failed-load/weights");
   const std::vector<float> x = matvec_edges::signed_values(std::size_t(n), "ch03/failed-load/x");
   const std::string hint_ok = "a load() that throws leaves no weights loaded (or the earlier ones).";
+  // What the object holds on the device, counted with CUPTI from before its first load (a failed
+  // cudaMalloc is not counted: it allocated nothing).
+  std::optional<wb::ApiCounter> held;
+  if (wb::ApiCounter::available()) held.emplace();
   ch03::PersistentMatvec p;
   p.load(weights.data(), weights.size());
   WB_CHECK_RESULT(check_matvec_at(p, weights, 0, n, d, x, "PersistentMatvec::matvec before the failed load()", hint_ok));
@@ -632,6 +661,37 @@ TEST_CASE("a load() that fails (more weights than the GPU holds) loads nothing: 
   if (!refused)
     FAIL(rule << "was accepted: it must throw std::invalid_argument (they are not the loaded weights), and "
                  "the kernel read a device copy that does not exist." << hint);
+  // The earlier weights: a failed load() may leave them loaded, but only while their device copy
+  // still exists. When the object no longer holds that many device bytes (the reference freed
+  // them before its cudaMalloc), a W inside them must be refused too.
+  const std::int64_t weight_bytes = std::int64_t(weights.size() * sizeof(float));
+  if (held && held->counts().live_device_bytes() < weight_bytes) {
+    const std::string rule_old =
+        "chapter 03: rule: a load() that fails loads nothing, and keeps no claim on the weights it freed. load() of "
+        + std::to_string(weights.size()) + " floats, then a load() of " + std::to_string(count) + " floats that threw (more than the GPU holds); "
+        "the object now holds " + std::to_string(held->counts().live_device_bytes()) +
+        " B of device memory, less than the " + std::to_string(weight_bytes) +
+        " B of the first weights, so they are not on the device any more; yet matvec with a 64x48 W at the start "
+        "of those first weights ";
+    const std::string hint_old =
+        "\nhint: the failed load() freed the old copy but left host_weights_ and weight_count_ describing it. In "
+        "load(), right after cudaFree(d_weights_): d_weights_ = nullptr; host_weights_ = nullptr; weight_count_ = 0; "
+        "only then cudaMalloc and cudaMemcpy, and record the new array once both succeeded.";
+    bool refused_old = false;
+    try {
+      p.matvec(out.data(), x.data(), weights.data(), n, d);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::invalid_argument&) {
+      refused_old = true;  // right: nothing is loaded
+    } catch (const std::exception& e) {
+      FAIL(rule_old << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument: the kernel read "
+                    "the freed (or null) device copy." << hint_old);
+    }
+    if (!refused_old)
+      FAIL(rule_old << "was accepted: it must throw std::invalid_argument, and the kernel read the freed (or null) "
+                       "device copy." << hint_old);
+  }
   // And the object still works: load the small weights again.
   p.load(weights.data(), weights.size());
   WB_CHECK_RESULT(check_matvec_at(p, weights, 0, n, d, x, "PersistentMatvec::matvec after a failed load() and a new one",
