@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../lib/captured_graph.hpp"
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/owned_stream.hpp"
 #include "../lib/enqueue_only.hpp"
@@ -343,6 +345,62 @@ TEST_CASE("softmax of finite logits up to 3.4e38 (subtract the max before anythi
     }
 }
 
+// Masked logits: softmax.cuh promises an entry of -inf probability *exactly* 0. The comparison
+// above has an absolute tolerance of 1e-9, so a masked entry that comes out as a tiny number
+// (exp of a clamped exponent, exp(-87) ~ 1.6e-38; an epsilon added somewhere) passes it; here
+// every masked output must be 0. Every row is masked: even rows have about half their entries
+// -inf (the first and last column always), odd rows all but one. Through one shape of each
+// path: short rows, every register bucket, a tail, long rows, few and many of them.
+std::vector<float> masked_logits(Shape s, const std::string& label) {
+  std::mt19937_64 rng = wb::rng_for(label);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::uniform_int_distribution<int> column(0, s.cols - 1);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> x(static_cast<std::size_t>(s.rows) * s.cols);
+  for (int r = 0; r < s.rows; ++r) {
+    float* row = x.data() + static_cast<std::size_t>(r) * s.cols;
+    for (int c = 0; c < s.cols; ++c) row[c] = (r % 2 == 0 && (rng() & 1)) ? normal(rng) : neg_inf;
+    if (r % 2 == 0) row[0] = row[s.cols - 1] = neg_inf;
+    row[column(rng)] = normal(rng);  // at least one finite entry: a distribution exists
+  }
+  return x;
+}
+
+TEST_CASE("softmax: a masked (-inf) logit gets probability exactly 0, not a tiny number") {
+  WB_REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{3, 2},    {6, 13},   {64, 100},  {40, 256},  {9, 513},
+                                     {5, 1025}, {3, 2048}, {7, 4095},  {3, 8191},  {2, 8192},
+                                     {1, 16385}, {8, 32001}, {3, 151937}, {16, 151936}};
+  for (const Impl impl : {Impl::Fused, Impl::Unfused})
+    for (const Shape s : shapes) {
+      const std::vector<float> x = masked_logits(s, "ch04/masked/" + shape_name(s));
+      bool ran = false;
+      const std::vector<float> y = run_softmax_checked(impl, x, s, 0, 0, &ran);
+      if (!ran) continue;
+      const std::string what = std::string(name_of(impl)) + " softmax on masked rows";
+      const std::string failure = check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols, what);
+      if (!failure.empty()) {
+        FAIL_CHECK(failure);
+        break;
+      }
+      std::size_t nonzero = 0, first = 0;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (std::isinf(x[i]) && x[i] < 0 && y[i] != 0.0f && nonzero++ == 0) first = i;
+      if (nonzero == 0) continue;
+      FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed " << wb::base_seed()
+                 << ": rule: a masked logit (-inf) gets probability exactly 0 (softmax.cuh), not merely a "
+                    "tiny number. "
+                 << nonzero << " masked outputs are not 0; the first is y[" << first / s.cols << ", "
+                 << first % s.cols << "] = " << y[first] << " where x is -inf (rows with some masked "
+                 << "entries and at least one finite one; every other output is within tolerance).\nhint: "
+                    "compute exp(x - max) from x - max as it is: exp(-inf) is exactly 0. A clamp of the "
+                    "exponent (max(x - max, -87), to keep exp off its subnormal path), an epsilon in the sum "
+                    "or a floor on the output turns a mask into a tiny probability, which the 1e-9 tolerance "
+                    "of the other tests hides but a mask (causal attention, banned tokens) must not have.");
+      break;
+    }
+}
+
 // Launch patterns a real program has: many calls queued on one stream without a wait, two
 // streams at once, and a call captured into a CUDA graph and replayed on new inputs. Any
 // correct implementation passes; they catch state shared between calls that should not
@@ -525,6 +583,60 @@ TEST_CASE("fused softmax: captured into a CUDA graph and replayed on new inputs"
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+  }
+}
+
+// The unfused version's three kernels, captured into a CUDA graph on a blocking stream and
+// replayed on new inputs (tests/lib/captured_graph.hpp): one of them launched without the
+// stream goes to the legacy default stream, which breaks the capture. The other tests run it
+// on non-blocking streams, where such a kernel only races with the others and may win.
+TEST_CASE("unfused softmax captured into a CUDA graph: all three kernels on the given stream") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  for (const Shape s : {Shape{300, 100}, Shape{16, 151936}}) {
+    const std::size_t count = static_cast<std::size_t>(s.rows) * s.cols;
+    const std::string what = "ch04 unfused softmax captured into a CUDA graph, " + shape_name(s) + ", seed " +
+                             std::to_string(wb::base_seed());
+    wb::GuardedBuffer<float> x_buf(count), y_buf(count), row_max(s.rows), row_sum(s.rows);
+    WB_CUDA(cudaDeviceSynchronize());  // the buffers' poison (on the legacy stream) is in
+    const OwnedStream owned(cudaStreamDefault);  // blocking: a legacy-stream launch breaks the capture
+    std::unique_ptr<wb::testing::CapturedGraph> graph;
+    try {
+      graph = std::make_unique<wb::testing::CapturedGraph>(owned.s, [&](cudaStream_t stream) {
+        ch04::softmax_unfused(x_buf.data(), y_buf.data(), row_max.data(), row_sum.data(), s.rows, s.cols, stream);
+      });
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::exception& e) {
+      FAIL_CHECK(what << ": capturing the call failed: " << first_line(e) << "\n"
+                      << wb::testing::kEverythingOnStreamHint);
+      return;
+    }
+    for (int replay = 1; replay <= 2; ++replay) {
+      const std::string label = "ch04/unfused-graph/" + std::to_string(replay) + "/" + shape_name(s);
+      const std::vector<float> x = replay == 2 ? ch04::reference::edge_logits(s.rows, s.cols, label)
+                                               : ch04::reference::random_logits(count, label);
+      WB_CUDA(cudaMemcpyAsync(x_buf.data(), x.data(), count * sizeof(float), cudaMemcpyHostToDevice, owned.s));
+      y_buf.poison(owned.s);
+      row_max.poison(owned.s);
+      row_sum.poison(owned.s);
+      graph->replay(owned.s);
+      std::vector<float> y(count);
+      WB_CUDA(cudaMemcpyAsync(y.data(), y_buf.data(), count * sizeof(float), cudaMemcpyDeviceToHost, owned.s));
+      WB_CUDA(cudaStreamSynchronize(owned.s));
+      const std::string failure = check_softmax(x, y, softmax_rows(x, s.rows, s.cols), s.rows, s.cols,
+                                                "unfused softmax, CUDA graph replay " + std::to_string(replay));
+      if (!failure.empty()) {
+        FAIL_CHECK(what << ": replay " << replay << " is wrong. The graph holds only what the call enqueued "
+                           "on `stream`: work that went elsewhere ran once, while the call was captured, and "
+                           "not in the replay.\n"
+                        << wb::testing::kEverythingOnStreamHint << "\n" << failure);
+        return;
+      }
+    }
   }
 }
 
