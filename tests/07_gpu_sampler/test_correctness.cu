@@ -2154,6 +2154,160 @@ void top_k_at_the_candidate_limit(Step step) {
 }
 
 // ---------------------------------------------------------------------------------------
+// A vocabulary of one token is a valid shape (check_sampling_args asks for vocab >= 1), and
+// rule 5 holds there too: the lone logit is checked like any other. A finite one is token 0
+// with confidence 1; a NaN (either sign), +inf or -inf is a bad row (token -1, confidence
+// NaN). Greedy, top_k = 1, sampled with top_p, and top_k past the vocabulary.
+void rows_of_one_token(Step step) {
+  const float nan = std::nanf("");
+  const std::vector<float> logits = {0.5f, nan, 3.0f, kInf, -kInf, -nan, -1e30f, 1e30f};
+  const int rows = static_cast<int>(logits.size()), vocab = 1;
+  Runner runner(step, logits, rows, vocab);
+  for (const SamplingParams params : {SamplingParams{0.0f, 0, 1.0f, 5, 0}, SamplingParams{0.7f, 1, 1.0f, 5, 1},
+                                      SamplingParams{1.0f, 0, 0.5f, 5, 2}, SamplingParams{2.0f, 5, 1.0f, 5, 3}}) {
+    const std::string head = failure_head(step, "rows of a one-token vocabulary (vocab = 1)", rows, vocab, params);
+    Draws d;
+    try {
+      d = runner.run(params);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const std::invalid_argument& ex) {
+      FAIL_CHECK(head << "the call threw: " << first_line_of(ex)
+                      << "\nrule: vocab = 1 is a valid shape: every row is sampled (rule 6 refuses only vocab < 1).");
+      return;
+    }
+    const std::string failure =
+        check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), d);
+    if (!failure.empty()) {
+      FAIL_CHECK(head << failure
+                      << "\nthese rows: one logit each, {0.5, NaN, 3, +inf, -inf, -NaN, -1e30, 1e30}."
+                         "\nrule: a row of one token still goes through rule 5: a finite logit gives token 0 "
+                         "with confidence 1, a NaN, +inf or -inf one gives token -1 and confidence NaN."
+                         "\nhint: no shortcut for vocab = 1 that skips the bad-row check (\"one token, nothing "
+                         "to choose\"): the check is what the row needs.");
+      return;
+    }
+  }
+  check_integrity(runner, step, "vocab = 1");
+}
+
+// top_k >= vocab keeps every token, as top_k = 0 does (sampler.cuh: "k >= vocab keeps all").
+// A short row (100 tokens, fewer than step 3's kMaxCandidates) at top_k = vocab, vocab + 1
+// and far past it, with top_p off and on: every step samples it (step 3's candidates hold
+// the whole row: nothing to refuse).
+void top_k_at_or_past_vocab(Step step) {
+  const int vocab = 100, rows = 8;
+  std::mt19937_64 rng(0x70C0DE07ull);  // fixed, as the membership probes
+  const std::vector<float> row = normal_row(vocab, 1.0f, rng);
+  const std::vector<float> logits = repeat_rows(row, rows);
+  Runner runner(step, logits, rows, vocab);
+  for (const int k : {vocab, vocab + 1, 5000}) {
+    for (const float top_p : {1.0f, 0.8f}) {
+      const SamplingParams params{1.0f, k, top_p, 40, static_cast<std::uint64_t>(k)};
+      const std::string head = failure_head(step, "top_k >= vocab keeps every token", rows, vocab, params);
+      Draws d;
+      try {
+        d = runner.run(params);
+      } catch (const wb::NotImplemented&) {
+        throw;
+      } catch (const std::invalid_argument& ex) {
+        FAIL_CHECK(head << "the call threw: " << first_line_of(ex)
+                        << "\nrule: top_k >= vocab keeps every token, exactly as top_k = 0 does; here that is "
+                        << vocab << " tokens, fewer than step 3's " << ch07::TopCandidatesSampler::kMaxCandidates
+                        << " candidates, so every step samples it and none refuses it."
+                           "\nhint: turn top_k into the number of tokens it keeps first, k = (top_k == 0 || "
+                           "top_k >= vocab) ? vocab : top_k, and compare that k (with the candidates, with a "
+                           "rank), never the raw argument.");
+        return;
+      }
+      const std::string failure = check_draws(logits, vocab, params, {expected_for(row.data(), vocab, params)}, d);
+      if (!failure.empty()) {
+        FAIL_CHECK(head << failure
+                        << "\nrule: top_k >= vocab keeps every token, exactly as top_k = 0 does.");
+        return;
+      }
+    }
+  }
+  check_integrity(runner, step, "top_k >= vocab");
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 7 for step 4's greedy calls (T = 0, top_k = 1), which may take a kernel of their own:
+// its launch goes on the caller's stream too. As in draws_while_the_legacy_stream_is_busy: the
+// legacy default stream is busy with a 200 ms kernel while greedy calls run on a non-blocking
+// stream and are read back on it; a launch sent to the legacy stream (a cudaLaunchConfig_t
+// whose stream was left 0, a <<<grid, block>>> without its stream) is still waiting when the
+// results are read. Every row is 0 but one planted logit (PlantedCall), so each row's token and
+// confidence are known exactly. Left out under compute-sanitizer, which runs one kernel at a time.
+void fused_greedy_while_the_legacy_stream_is_busy() {
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped under compute-sanitizer / WB_QUICK: the tools run one kernel at a "
+                              "time, so a busy legacy stream delays every stream alike");
+    return;
+  }
+  const int rows = 64, vocab = 4096;
+  const wb::testing::OwnedStream stream;  // non-blocking
+  PlantedCall planted(rows, vocab, 3, 2.0f, "greedy", stream.s);
+  wb::DeviceBuffer<unsigned char> workspace(ch07::fused_sampler_workspace_bytes(rows, vocab));
+  const PinnedHost host_tokens(rows * sizeof(int)), host_confidence(rows * sizeof(float));
+  int* tokens = static_cast<int*>(host_tokens.p);
+  float* confidence = static_cast<float*>(host_confidence.p);
+  const SamplingParams calls[] = {SamplingParams{0.0f, 0, 1.0f, 0, 0}, SamplingParams{1.0f, 1, 1.0f, 5, 1}};
+  std::vector<std::vector<int>> got_tokens;
+  std::vector<std::vector<float>> got_confidence;
+  try {
+    for (const SamplingParams& p : calls) planted.launch(p, workspace, stream.s);  // everything loaded once
+    WB_CUDA(cudaDeviceSynchronize());
+    wb::launch_spin_kernel(200e6, nullptr);  // the legacy default stream: busy for 200 ms
+    for (const SamplingParams& p : calls) {
+      std::fill(tokens, tokens + rows, ch07::testing::kPoisonToken);
+      std::fill(confidence, confidence + rows, std::nanf(""));
+      WB_CUDA(cudaMemsetAsync(planted.tokens.data(), 0x7F, planted.tokens.bytes(), stream.s));  // kPoisonToken
+      WB_CUDA(cudaMemsetAsync(planted.confidence.data(), 0xFF, planted.confidence.bytes(), stream.s));
+      planted.launch(p, workspace, stream.s);
+      // Read back on the call's stream, into pinned memory: nothing here waits for the legacy stream.
+      WB_CUDA(cudaMemcpyAsync(tokens, planted.tokens.data(), planted.tokens.bytes(), cudaMemcpyDeviceToHost, stream.s));
+      WB_CUDA(cudaMemcpyAsync(confidence, planted.confidence.data(), planted.confidence.bytes(),
+                              cudaMemcpyDeviceToHost, stream.s));
+      WB_CUDA(cudaStreamSynchronize(stream.s));
+      got_tokens.emplace_back(tokens, tokens + rows);  // as the call left them, before the busy kernel ends
+      got_confidence.emplace_back(confidence, confidence + rows);
+    }
+    WB_CUDA(cudaDeviceSynchronize());
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::exception& e) {
+    cudaDeviceSynchronize();
+    FAIL_CHECK(failure_head(Step::Fused, "a greedy call on a non-blocking stream while the legacy default stream "
+                                         "is busy", rows, vocab, calls[0])
+               << "the call failed: " << first_line_of(e));
+    return;
+  }
+  for (std::size_t c = 0; c < got_tokens.size(); ++c) {
+    for (int r = 0; r < rows; ++r) {
+      const int token = got_tokens[c][r];
+      const int want = planted_column(r, vocab, planted.salt);
+      if (token == want && close_to(got_confidence[c][r], planted.planted_p(), kConfidenceRtol)) continue;
+      FAIL_CHECK(failure_head(Step::Fused, "a greedy call on a non-blocking stream while the legacy default stream "
+                                           "is busy", rows, vocab, calls[c])
+                 << "row " << r << " gave token " << token
+                 << (token == ch07::testing::kPoisonToken ? " (never written when the call's stream read it)" : "")
+                 << " with confidence " << got_confidence[c][r] << ", expected token " << want << " with confidence "
+                 << planted.planted_p() << " (every row is 0 but one logit of " << planted.value
+                 << "). While the legacy default stream was busy with a 200 ms kernel, the greedy call ran on a "
+                    "stream made with cudaStreamNonBlocking and its results were read back on that stream."
+                    "\nrule 7: sample_fused enqueues everything on the caller's stream, greedy calls (T = 0 or "
+                    "top_k = 1) as well as sampled ones (the sampled calls' own case passed or comes next)."
+                    "\nhint: a launch without its stream goes to the legacy default stream, which a non-blocking "
+                    "stream does not wait for: set config.stream = stream in every cudaLaunchConfig_t (a "
+                    "zero-initialized config launches on stream 0), and pass the stream in every <<<grid, block, "
+                    "shared, stream>>>.");
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // sampler.cuh asks for logits in device memory, not for aligned logits: a caller may hand a
 // view (the logits of one sequence inside a batch's buffer). Every other test's logits start on
 // a 256-byte boundary, and with vocab a multiple of 4 every row then starts on a 16-byte one, so
@@ -2463,6 +2617,8 @@ WB_CH07_FOR_EVERY_STEP("sampling on every shape stays in the kept set, with the 
 WB_CH07_FOR_EVERY_STEP("no token outside the exact top_k / top_p set", membership)
 WB_CH07_FOR_EVERY_STEP("top_k = 1024 (step 3's kMaxCandidates) is sampled exactly, not refused",
                        top_k_at_the_candidate_limit)
+WB_CH07_FOR_EVERY_STEP("top_k >= vocab keeps every token, as top_k = 0 does", top_k_at_or_past_vocab)
+WB_CH07_FOR_EVERY_STEP("a one-token vocabulary: rule 5 still holds (vocab = 1)", rows_of_one_token)
 WB_CH07_FOR_EVERY_STEP("draws follow the exact distribution (chi-square)", distributions)
 WB_CH07_FOR_EVERY_STEP("the draw never steps past the last kept token", draw_never_steps_past_the_kept_set)
 WB_CH07_FOR_EVERY_STEP("the same (seed, step) gives the same tokens, whatever the batch", determinism)
@@ -2531,6 +2687,10 @@ TEST_CASE("step 3 (top candidates): a call on a non-blocking stream draws with i
 TEST_CASE("step 4 (fused): a call on a non-blocking stream draws with its own numbers while the legacy stream is busy") {
   WB_REQUIRE_GPU();
   draws_while_the_legacy_stream_is_busy(Step::Fused);
+}
+TEST_CASE("step 4 (fused): a greedy call on a non-blocking stream returns its own argmax while the legacy stream is busy") {
+  WB_REQUIRE_GPU();
+  fused_greedy_while_the_legacy_stream_is_busy();
 }
 
 TEST_CASE("step 2 (sort, then the CPU): logits one float past a 16-byte boundary (a view)") {
