@@ -356,9 +356,9 @@ ref::AttentionProblem make_attention(const AttCase& c, const std::string& label)
 // Runs ch08::attention on p and returns out. Checks the guard bands, the read-only inputs and
 // *pos.
 std::vector<float> run_attention(const ref::AttentionProblem& p, bool at_end,
-                                 const std::string& what, bool* failed_at_end) {
+                                 const std::string& what, bool* failed_at_end, std::size_t offset = 0) {
   const std::size_t out_n = std::size_t(p.n_heads) * p.head_size;
-  DevArray q(p.q, at_end), kc(p.key_cache, at_end), vc(p.value_cache, at_end);
+  DevArray q(p.q, at_end, offset), kc(p.key_cache, at_end, offset), vc(p.value_cache, at_end, offset);
   wb::GuardedBuffer<float> out(out_n), scores(std::size_t(p.n_heads) * p.seq_len);
   wb::DeviceBuffer<int> pos_buf(1);
   pos_buf.upload(std::span<const int>(&p.pos, 1));
@@ -410,7 +410,9 @@ const char* kAttentionHint =
 constexpr wb::Tolerance kAttTol{2e-5, 1e-4};
 constexpr wb::Tolerance kAttLargeTol{2e-3, 1e-3};
 
-void check_attention(const AttCase& c, bool at_end = false) {
+// offset > 0: q and the caches are views that start `offset` floats into their buffers (offset 1:
+// 4 bytes past a 16-byte boundary).
+void check_attention(const AttCase& c, bool at_end = false, std::size_t offset = 0) {
   const bool negative = c.key_mean != 0.0f;
   const bool spread = c.neg_span > 0.0f;
   const bool ramp = c.ramp > 0.0f;
@@ -421,7 +423,7 @@ void check_attention(const AttCase& c, bool at_end = false) {
                             "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
                             (c.q_scale > 1.0f ? "/large" : "") + (negative ? "/negative" : "") +
                             (spread ? "/negative-spread" : "") + (ramp ? "/ramp" : "") +
-                            (at_end ? "/at-end" : ""));
+                            (at_end ? "/at-end" : "") + (offset ? "/view" : ""));
   const std::string what =
       "ch08 attention, " + ref::describe(p) +
       (c.q_scale > 1.0f ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
@@ -435,9 +437,10 @@ void check_attention(const AttCase& c, bool at_end = false) {
                   " per position: the largest, ~" + std::to_string(int(c.ramp * float(c.pos))) +
                   ", at t = *pos, hundreds above those of the first 256 positions)"
             : "") +
-      (at_end ? " (arrays at the end of their allocations)" : "") + ", " + seed_text();
+      (at_end ? " (arrays at the end of their allocations)" : "") +
+      (offset ? " (q and the caches each one float past a 16-byte boundary)" : "") + ", " + seed_text();
   bool failed = false;
-  const std::vector<float> got = run_attention(p, at_end, what, &failed);
+  const std::vector<float> got = run_attention(p, at_end, what, &failed, offset);
   if (failed) return;
   const wb::Tolerance tol = large ? kAttLargeTol : kAttTol;
   const std::size_t hs = std::size_t(c.head_size);
@@ -454,7 +457,8 @@ void check_attention(const AttCase& c, bool at_end = false) {
     const std::size_t from = std::size_t(c.pos + 1) * p.kv_dim();
     std::fill(clean.key_cache.begin() + from, clean.key_cache.end(), 0.0f);
     std::fill(clean.value_cache.begin() + from, clean.value_cache.end(), 0.0f);
-    const std::vector<float> got_clean = run_attention(clean, at_end, what + " (rows past *pos zeroed)", &failed);
+    const std::vector<float> got_clean =
+        run_attention(clean, at_end, what + " (rows past *pos zeroed)", &failed, offset);
     if (failed) return;
     const std::vector<double> clean_d(got_clean.begin(), got_clean.end());
     const std::string differ = ref::mismatches(
@@ -1198,7 +1202,7 @@ TEST_CASE("rule: a direct call launches the kernels its capture records (counted
   }
 }
 
-// The last four cases can end in a sticky CUDA error (a misaligned access, a read far outside
+// The last six cases can end in a sticky CUDA error (a misaligned access, a read far outside
 // an array) that fails every later test of this process: they come after the others.
 
 // token_loop.cuh asks for device pointers, not aligned ones: a pair (x[i], x[i+1]), i even, is
@@ -1217,6 +1221,28 @@ TEST_CASE("RoPE + append of views: q, k, v and the caches each 4 bytes past an 8
                << ").\nhint: a float2 access needs an 8-byte aligned address (float4: 16): load and store the "
                   "pair as two floats, or check the pointers on the host (reinterpret_cast<uintptr_t>(p) % 8) "
                   "and take a scalar path when one is not aligned.");
+  }
+}
+
+// token_loop.cuh: any float pointer is valid, and a kernel that loads float4 checks the alignment
+// of what it vectorizes first. Every other attention test's arrays start on a 256-byte boundary,
+// as the decoder's do; here q and both caches start one float into their buffers. head_size 48 is
+// a multiple of 4, so a float4 path would take these heads.
+TEST_CASE("attention of views: q and the caches each 4 bytes past a 16-byte boundary") {
+  WB_REQUIRE_GPU();
+  const AttCase c{6, 2, 48, 64, 30};
+  try {
+    check_attention(c, /*at_end=*/false, /*offset=*/1);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK("ch08 attention, 6 heads / 2 KV heads x head_size 48, seq_len 64, *pos = 30, q, key_cache and "
+               << "value_cache each one float past a 16-byte boundary, " << seed_text() << ": rule: any float "
+               << "pointer is valid (the header asks for device pointers, not aligned ones). The call failed ("
+               << first_line(e) << ").\nhint: a float4 access needs a 16-byte aligned address (float2: 8), and "
+                  "a head's row is 16-byte aligned only when its array is, whatever head_size is: check the "
+                  "pointers on the host (reinterpret_cast<uintptr_t>(p) % 16 == 0 for q, both caches and out) and "
+                  "take a scalar path when one is not.");
   }
 }
 
@@ -1336,6 +1362,111 @@ TEST_CASE("attention over caches of more than 2^31 floats (8.8 GB each: 64-bit r
       FAIL_CHECK(what << ": " << bad << "\n" << rule);
       return;
     }
+  }
+  const std::string overrun = out.overrun("out");
+  if (!overrun.empty())
+    FAIL_CHECK(what << ": rule: write only your own elements. The kernel " << overrun << ".");
+}
+
+// Counts the words of p[0 .. n) that are not `bits` (the guard band of the test below).
+__global__ void count_changed_words(const unsigned* p, std::size_t n, unsigned bits, unsigned long long* changed) {
+  unsigned long long local = 0;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    local += p[i] != bits;
+  if (local) atomicAdd(changed, local);
+}
+
+// The scratch is n_heads * seq_len floats, and the header bounds neither n_heads * seq_len nor
+// seq_len: past 2^31 floats, an int row offset h * seq_len wraps around to a negative one.
+// 32768 heads of one float over 65540 positions: head 32767's row starts at float 2,147,549,180,
+// past 2^31 - 1 (head 32766's, at 2,147,483,640, is just below). The scratch is the end of one
+// allocation whose first 2^31 floats are a guard band of a known pattern: the wrapped row, 2^32
+// floats before where it belongs, lands inside it. A kernel that writes and reads its rows
+// through the same wrapped offset still gives the right output; the guard band shows the write.
+TEST_CASE("attention with a scratch of more than 2^31 floats (32768 heads x seq_len 65540: 64-bit row offsets)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31-float scratch is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  constexpr int kHeads = 32768, kSeq = 65540, kPos = 2;
+  constexpr std::size_t kGuard = std::size_t(1) << 31;
+  constexpr unsigned kPattern = 0x7F7F7F7Fu;  // 3.4e38 in every word: no attention writes that
+  const std::size_t scores_n = std::size_t(kHeads) * kSeq;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t need = (kGuard + scores_n) * sizeof(float) + (1ull << 30);
+  std::unique_ptr<wb::DeviceBuffer<float>> big;
+  try {
+    if (free_bytes >= need) big = std::make_unique<wb::DeviceBuffer<float>>(kGuard + scores_n);
+  } catch (const wb::CudaError& e) {
+    if (e.code() != cudaErrorMemoryAllocation) throw;
+    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
+  }
+  if (!big) {
+    wb::testing::mark_skipped("skipped: the 2^31-float scratch and its guard band need " +
+                              std::to_string((need + 999999999) / 1000000000) + " GB of free device memory, this "
+                              "GPU has " + std::to_string(free_bytes / 1000000000) + " GB free");
+    return;
+  }
+  float* const scores = big->data() + kGuard;
+  ref::AttentionProblem p;
+  p.n_heads = kHeads;
+  p.n_kv_heads = 1;
+  p.head_size = 1;
+  p.seq_len = kSeq;
+  p.pos = kPos;
+  auto rng = wb::rng_for("ch08/attention/2^31-scores");
+  p.q = wb::random_normal(kHeads, 0.0f, 1.0f, rng);
+  p.key_cache = wb::random_normal(kSeq, 0.0f, 1.0f, rng);
+  p.value_cache = wb::random_normal(kSeq, 0.0f, 1.0f, rng);
+  wb::DeviceBuffer<float> q(p.q), kc(p.key_cache), vc(p.value_cache);
+  wb::GuardedBuffer<float> out(p.q.size());
+  wb::DeviceBuffer<int> pos(1);
+  pos.upload(std::span<const int>(&p.pos, 1));
+  wb::DeviceBuffer<unsigned long long> changed(1);
+  WB_CUDA(cudaMemset(big->data(), 0x7F, kGuard * sizeof(float)));
+  WB_CUDA(cudaMemset(changed.data(), 0, sizeof(unsigned long long)));
+  WB_CUDA(cudaDeviceSynchronize());
+  const std::string what = "ch08 attention, 32768 heads / 1 KV head x head_size 1, seq_len 65540, *pos = 2 (a "
+                           "scratch of 2,147,614,720 floats: head 32767's row starts at float 2,147,549,180, past "
+                           "2^31), " + seed_text();
+  const std::string rule =
+      "rule: any n_heads and seq_len: row h of the scratch starts at float h * seq_len, past 2^31 here for head "
+      "32767; write only inside the n_heads * seq_len floats of scores.\nhint: compute the row offset in 64 bits, "
+      "scores + (size_t)h * seq_len (in every kernel that indexes the scratch): an int product wraps around to a "
+      "row 2^32 floats (16 GiB) before where it belongs.";
+  std::vector<float> got;
+  unsigned long long n_changed = 0;
+  try {
+    Stream stream;
+    ch08::attention(out.data(), q.data(), kc.data(), vc.data(), scores, kHeads, 1, 1, kSeq, pos.data(), stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    got = out.download();
+    count_changed_words<<<1024, 256>>>(reinterpret_cast<const unsigned*>(big->data()), kGuard, kPattern,
+                                       changed.data());
+    WB_CHECK_LAUNCH("count_changed_words");
+    WB_CUDA(cudaMemcpy(&n_changed, changed.data(), sizeof n_changed, cudaMemcpyDeviceToHost));
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK(what << ": the call failed (" << first_line(e) << ").\n" << rule);
+    return;  // a fault is sticky: nothing more can run on this device
+  }
+  if (n_changed != 0) {
+    FAIL_CHECK(what << ": " << n_changed << " floats of the 2^31 just before scores changed (head 32767's "
+                    << "row lands there when h * seq_len is an int product: it wraps around to 2,147,549,180 - "
+                       "2^32).\n" << rule);
+    return;
+  }
+  const std::vector<double> expected = ref::attention(p);
+  const std::string bad = ref::mismatches(
+      got, expected, [&](std::size_t i) { return kAttTol.atol + kAttTol.rtol * std::fabs(expected[i]); },
+      [](std::size_t i) { return "out[" + std::to_string(i) + "] (head " + std::to_string(i) + ")"; });
+  if (!bad.empty()) {
+    FAIL_CHECK(what << ": " << bad << "\n" << rule);
+    return;
   }
   const std::string overrun = out.overrun("out");
   if (!overrun.empty())
