@@ -1265,27 +1265,34 @@ TEST_CASE("attention with 50000 heads over 50000 KV heads (h * n_kv_heads past 2
   }
 }
 
-// Two caches of `floats` floats each (the 2^31-float cases), or none, the test marked skipped
-// and saying why, when the GPU lacks the memory. Another test process may take the memory
-// between the check and the allocation: that failure is a skip too.
+// What `make` allocates (`bytes` of device memory), or nothing, the test marked skipped and
+// saying why ("skipped: <what> need N GB ..."), when the GPU lacks the memory. Another test
+// process may take the memory between the check and the allocation: that failure is a skip too.
+template <typename Make>
+auto allocate_or_skip(std::size_t bytes, const std::string& what, Make make) -> decltype(make()) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t need = bytes + (1ull << 30);
+  try {
+    if (free_bytes >= need) return make();
+  } catch (const wb::CudaError& e) {
+    if (e.code() != cudaErrorMemoryAllocation) throw;
+    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
+  }
+  wb::testing::mark_skipped("skipped: " + what + " need " + std::to_string((need + 999999999) / 1000000000) +
+                            " GB of free device memory, this GPU has " + std::to_string(free_bytes / 1000000000) +
+                            " GB free");
+  return nullptr;
+}
+
+// Two caches of `floats` floats each (the 2^31-float cases), or none (allocate_or_skip).
 struct BigCaches {
   explicit BigCaches(std::size_t floats) : k(floats), v(floats) {}
   wb::DeviceBuffer<float> k, v;
 };
 std::unique_ptr<BigCaches> big_caches_or_skip(std::size_t floats) {
-  std::size_t free_bytes = 0, total_bytes = 0;
-  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const std::size_t need = 2 * floats * sizeof(float) + (1ull << 30);
-  try {
-    if (free_bytes >= need) return std::make_unique<BigCaches>(floats);
-  } catch (const wb::CudaError& e) {
-    if (e.code() != cudaErrorMemoryAllocation) throw;
-    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
-  }
-  wb::testing::mark_skipped("skipped: the 2^31-float caches need " + std::to_string((need + 999999999) / 1000000000) +
-                            " GB of free device memory, this GPU has " + std::to_string(free_bytes / 1000000000) +
-                            " GB free");
-  return nullptr;
+  return allocate_or_skip(2 * floats * sizeof(float), "the 2^31-float caches",
+                          [floats] { return std::make_unique<BigCaches>(floats); });
 }
 
 // The header bounds neither seq_len nor the caches: a wide model's cache over a long context
@@ -1394,22 +1401,10 @@ TEST_CASE("attention with a scratch of more than 2^31 floats (32768 heads x seq_
   constexpr std::size_t kGuard = std::size_t(1) << 31;
   constexpr unsigned kPattern = 0x7F7F7F7Fu;  // 3.4e38 in every word: no attention writes that
   const std::size_t scores_n = std::size_t(kHeads) * kSeq;
-  std::size_t free_bytes = 0, total_bytes = 0;
-  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const std::size_t need = (kGuard + scores_n) * sizeof(float) + (1ull << 30);
-  std::unique_ptr<wb::DeviceBuffer<float>> big;
-  try {
-    if (free_bytes >= need) big = std::make_unique<wb::DeviceBuffer<float>>(kGuard + scores_n);
-  } catch (const wb::CudaError& e) {
-    if (e.code() != cudaErrorMemoryAllocation) throw;
-    (void)cudaGetLastError();  // not sticky: clear it for the launch checks that follow
-  }
-  if (!big) {
-    wb::testing::mark_skipped("skipped: the 2^31-float scratch and its guard band need " +
-                              std::to_string((need + 999999999) / 1000000000) + " GB of free device memory, this "
-                              "GPU has " + std::to_string(free_bytes / 1000000000) + " GB free");
-    return;
-  }
+  const std::unique_ptr<wb::DeviceBuffer<float>> big =
+      allocate_or_skip((kGuard + scores_n) * sizeof(float), "the 2^31-float scratch and its guard band",
+                       [&] { return std::make_unique<wb::DeviceBuffer<float>>(kGuard + scores_n); });
+  if (!big) return;
   float* const scores = big->data() + kGuard;
   ref::AttentionProblem p;
   p.n_heads = kHeads;
