@@ -94,8 +94,9 @@ function(_wb_patched_source out_var original patch_file tag)
 endfunction()
 
 # The solution with some editable files swapped for other versions kept under tests/<slug>/:
-#   "wrong":    [{"name", "replaces": {file: path}, "test": file, "expect": regex}]
-#               (a path ending in .patch is a patch against the reference file)
+#   "wrong":    [{"name", "replaces": {file: path}, "test": file, "expect": regex, "alone": bool}]
+#               (a path ending in .patch is a patch against the reference file; "alone": caught
+#               only by a case that needs most of the GPU's memory, so it runs with no test beside it)
 #               CTest <NN>.wrong.<name> passes when the test's output matches "expect" (the
 #               tests caught the mistake and named the rule it broke);
 #   "variants": [{"name", "replaces": {file: path}}]
@@ -156,6 +157,12 @@ function(_wb_add_swapped_builds key j id slug dir editable support)
         SKIP_REGULAR_EXPRESSION "skipped: no CUDA device"
         TIMEOUT 600)
       _wb_gpu_sharing(${id}.wrong.${name} "${j}" "${test_file}")
+      # "alone": true: the mistake shows only in a case that needs most of the GPU's memory
+      # (2^31 elements), which skips when tests beside it hold that memory; so it runs alone.
+      string(JSON alone ERROR_VARIABLE no_alone GET "${fx}" alone)
+      if(NOT no_alone AND alone)
+        set_tests_properties(${id}.wrong.${name} PROPERTIES RUN_SERIAL TRUE)
+      endif()
     else()
       foreach(t_i RANGE ${last_test})
         string(JSON t GET "${tests_json}" ${t_i})

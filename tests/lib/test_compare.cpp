@@ -80,3 +80,14 @@ TEST_CASE("the chapter's own hint is appended") {
   const auto r = wb::compare(std::vector<float>{1.0f, 9.0f}, std::vector<double>{1.0, 2.0}, spec);
   CHECK(r.message.find("hint: subtract the row max") != std::string::npos);
 }
+
+// Chapter 04's and 05's failure messages stream names returned as `const char*`; a GPU run
+// printed them as addresses ("ch04 0x55e1bfea40b0 softmax") until wb/testing.hpp said otherwise.
+TEST_CASE("a failure message prints a C string held in a pointer as its text") {
+  const char* name = "fused";
+  char buffer[] = "unfused";
+  char* mutable_name = buffer;
+  CHECK(doctest::toString(name) == doctest::String("fused"));
+  CHECK(doctest::toString(mutable_name) == doctest::String("unfused"));
+  CHECK(doctest::toString(static_cast<const char*>(nullptr)) == doctest::String("(null)"));
+}

@@ -12,6 +12,21 @@
 
 #include <string>
 
+// A failure message streams names held in `const char*` (name_of(impl), a reason chosen at run
+// time): doctest prints every pointer as its address ("ch04 0x55e1bfea40b0 softmax" in a real
+// log), so C strings are printed as their text here. (doctest's own switch for it,
+// DOCTEST_CONFIG_TREAT_CHAR_STAR_AS_STRING, does not compile in 2.4.9, Debian's package.)
+namespace doctest {
+template <>
+struct StringMaker<const char*> {
+  static String convert(const char* text) { return text ? String(text) : String("(null)"); }
+};
+template <>
+struct StringMaker<char*> {
+  static String convert(const char* text) { return StringMaker<const char*>::convert(text); }
+};
+}  // namespace doctest
+
 #include "wb/compare.hpp"
 #include "wb/device.hpp"
 
