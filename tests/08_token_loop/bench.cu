@@ -28,6 +28,7 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ struct Sweeps {
   std::vector<int> grids;
   std::vector<int> prefetch_ahead;
   std::vector<unsigned> poll_ns;
+  std::vector<int> ring_slots;
+  std::vector<int> copies;
   std::vector<int> trace_positions;
 };
 
@@ -106,7 +109,12 @@ void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<T>& v
   for (const T value : values) {
     ch08::PersistentTuning tuning;
     tuning.*knob = value;
-    dec.set_persistent_tuning(tuning);
+    try {
+      dec.set_persistent_tuning(tuning);
+    } catch (const std::invalid_argument& e) {  // a ring too large for this GPU's shared memory
+      std::printf(" %s: cannot run (%s)", std::to_string(value).c_str(), e.what());
+      continue;
+    }
     std::printf(" %s: %.1f", std::to_string(value).c_str(), dec.measure_tokens_per_s(steps));
     std::fflush(stdout);
   }
@@ -114,16 +122,22 @@ void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<T>& v
   std::fflush(stdout);  // before the next progress line on stderr, in a log that holds both
 }
 
-// How far ahead the weights are asked of L2, and how long a block sleeps between two polls
-// of a value not yet written (--persistent-prefetch-ahead, --persistent-poll-ns).
+// How far ahead the weights are asked of L2, how long a block sleeps between two polls of a
+// value not yet written, the weight ring's slots and its copies in flight
+// (--persistent-prefetch-ahead, --persistent-poll-ns, --persistent-ring-slots, --persistent-copies).
 void sweep_persistent_tuning(ch08::GpuDecoder& dec, const Sweeps& sweeps, int steps) {
-  if ((sweeps.prefetch_ahead.empty() && sweeps.poll_ns.empty()) || !dec.persistent_step()) return;
+  if ((sweeps.prefetch_ahead.empty() && sweeps.poll_ns.empty() && sweeps.ring_slots.empty() && sweeps.copies.empty()) ||
+      !dec.persistent_step())
+    return;
   dec.set_mode(ch08::StepMode::Persistent);
   const ch08::PersistentPlan chosen = dec.persistent_step()->plan();
   dec.set_persistent_plan(ch08::PersistentPlan::Grid);
   sweep_knob(dec, "L2 prefetch distance (stages: tok/s)", sweeps.prefetch_ahead,
              &ch08::PersistentTuning::prefetch_ahead, steps);
   sweep_knob(dec, "sleep between polls (ns: tok/s)", sweeps.poll_ns, &ch08::PersistentTuning::poll_sleep_ns, steps);
+  sweep_knob(dec, "weight ring slots (slots: tok/s)", sweeps.ring_slots, &ch08::PersistentTuning::ring_slots, steps);
+  sweep_knob(dec, "ring copies in flight (copies: tok/s)", sweeps.copies, &ch08::PersistentTuning::copies_in_flight,
+             steps);
   dec.set_persistent_tuning(ch08::PersistentTuning{});
   dec.set_persistent_plan(chosen);
 }
@@ -411,6 +425,17 @@ int main(int argc, char** argv) {
                  "written)")
       ->delimiter(',')
       ->check(CLI::Range(0u, ch08::PersistentTuning::kMaxPollSleepNs));
+  app.add_option("--persistent-ring-slots", sweeps.ring_slots,
+                 "also time the grid plan with a weight ring of this many 16 KB slots (" +
+                     std::to_string(ch08::PersistentTuning::kMinRingSlots) + ".." +
+                     std::to_string(ch08::PersistentTuning::kMaxRingSlots) + "; printed, not written)")
+      ->delimiter(',')
+      ->check(CLI::Range(ch08::PersistentTuning::kMinRingSlots, ch08::PersistentTuning::kMaxRingSlots));
+  app.add_option("--persistent-copies", sweeps.copies,
+                 "also time the grid plan with at most this many copies into the weight ring in flight (1..the "
+                 "default ring's slots; printed, not written)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, ch08::PersistentTuning{}.ring_slots));
   app.add_option("--persistent-trace", sweeps.trace_positions,
                  "also trace one token of the grid plan at these positions: per stage, the hand-off from the last "
                  "writer, the work and the straggle (printed, not written)")

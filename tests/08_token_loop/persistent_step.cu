@@ -29,7 +29,9 @@ namespace {
 constexpr int kWarps = 7;                  // the computing warps
 constexpr int kThreads = kWarps * 32;      // the threads that compute (block_sync: these meet)
 constexpr int kBlockThreads = kThreads + 32;  // and one more warp: the weight ring's producer
-constexpr int kSlots = 8;                  // the weight ring's slots ("The weight ring" below)
+// The weight ring's slots ("The weight ring" below): PersistentTuning::ring_slots of them, at
+// most kMaxRingSlots (its barriers' room).
+constexpr int kMaxRingSlots = PersistentTuning::kMaxRingSlots;
 constexpr std::uint32_t kMinSlotBytes = 16384;  // a slot's size: this, or one row if longer
 constexpr int kMaxNormPerThread = 10;      // the norm weights a thread prefetches: dim <= 2240
 constexpr float kRmsEps = 1e-5f;           // llama2.c's run.c
@@ -59,6 +61,8 @@ struct Params : StepShape {
   std::uint32_t launch;  // counts the launches: the tags' base
   unsigned poll_sleep_ns;  // PersistentTuning's, between two polls of a value not yet written
   int prefetch_ahead;      // PersistentTuning's: stages from the one sent to the one asked of L2
+  int ring_slots;          // PersistentTuning's: the weight ring's slots
+  std::uint32_t copies_in_flight;  // PersistentTuning's: ring copies the producer lets run at once
   int history_rows;      // cache rows a head block keeps in shared memory
   std::uint32_t slot_bytes;  // a weight ring slot's size (slot_bytes_for)
   // Null, or this launch's trace: [block][kStampsPerLayer * n_layers + kFinalStamps] stamps of
@@ -80,7 +84,8 @@ struct Layout {
   std::size_t barriers, ring, vec, res, red, q, k, v, rope, scores, partial, keys, values, total;
 };
 
-__host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size, int seq_len, int history_rows) {
+__host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size, int seq_len, int ring_slots,
+                                             int history_rows) {
   Layout l{};
   std::size_t at = 0;
   const auto take = [&at](std::size_t floats) {
@@ -88,8 +93,8 @@ __host__ __device__ inline Layout layout_for(int dim, int hidden, int head_size,
     at += (floats * sizeof(float) + 15) / 16 * 16;
     return start;
   };
-  l.barriers = take(2 * kSlots * 2);       // the ring's mbarriers (8 bytes): full, then empty
-  l.ring = take(std::size_t(kSlots) * slot_bytes_for(dim, hidden) / sizeof(float));  // its slots
+  l.barriers = take(2 * kMaxRingSlots * 2);  // the ring's mbarriers (8 bytes): full, then empty
+  l.ring = take(std::size_t(ring_slots) * slot_bytes_for(dim, hidden) / sizeof(float));  // its slots
   l.vec = take(std::size_t(dim > hidden ? dim : hidden));  // the stage's input vector
   l.res = take(std::size_t(dim));          // the residual rows this block updates
   l.red = take(32);                        // one partial per warp
@@ -112,7 +117,7 @@ struct Shared {
 };
 
 __device__ Shared carve(const Params& p, unsigned char* base) {
-  const Layout l = layout_for(p.dim, p.hidden, p.head_size, p.seq_len, p.history_rows);
+  const Layout l = layout_for(p.dim, p.hidden, p.head_size, p.seq_len, p.ring_slots, p.history_rows);
   const auto f = [base](std::size_t at) { return reinterpret_cast<float*>(base + at); };
   return Shared{reinterpret_cast<std::uint64_t*>(base + l.barriers),
                 base + l.ring,
@@ -200,7 +205,6 @@ struct Matrix {
 
 constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
 constexpr int kClassifierChunk = 128;           // classifier rows per block asked of L2 ahead
-constexpr std::uint32_t kCopiesInFlight = 3;    // ring copies the producer lets run at once
 
 // Hopper's bulk prefetch: L2 fetches `bytes` at `src` (16-byte aligned, a multiple of 16); the
 // thread does not wait, and nothing tells when it is done.
@@ -271,19 +275,21 @@ __device__ void prefetch_stage(const Params& p, int stage) {
 // A block's rows of a matrix are contiguous in memory; the ring cuts them into pieces of whole
 // rows that fit a slot, and walks the token's pieces in the stages' order: per layer Wqkv, Wo,
 // W1 and W3 (a piece of each, in turn: matvec_pair), W2, then the classifier. Both sides walk
-// the same sequence and count the pieces, so piece n is in slot n % kSlots, and its use of
-// that slot is the (n / kSlots)-th:
+// the same sequence and count the pieces, so piece n is in slot n % slots, and its use of
+// that slot is the (n / slots)-th:
 //   producer (one thread): wait until the slot's last piece has been read (`empty`), then one
 //            bulk copy into the slot, which completes `full` when it has landed;
 //   computing warps: wait for `full`, read the rows, each warp says it is done (`empty`).
 // Only the producer ever waits for the other side, so the computing warps never stall on the
-// ring unless the copies are behind; and the producer runs as far ahead as kSlots pieces.
+// ring unless the copies are behind; and the producer runs as far ahead as `slots` pieces.
 
 struct Ring {
-  unsigned char* slots;  // kSlots * slot_bytes
-  std::uint64_t* full;   // [kSlots]: the producer's arrival plus the copy's bytes
-  std::uint64_t* empty;  // [kSlots]: one arrival per computing warp
+  unsigned char* slots;  // count * slot_bytes
+  std::uint64_t* full;   // [count]: the producer's arrival plus the copy's bytes
+  std::uint64_t* empty;  // [count]: one arrival per computing warp
   std::uint32_t slot_bytes;
+  std::uint32_t count;   // the slots (PersistentTuning::ring_slots)
+  std::uint32_t copies;  // the copies in flight at most (PersistentTuning::copies_in_flight)
   std::uint32_t next;    // the pieces this thread has passed: the next piece's number
 };
 
@@ -292,10 +298,10 @@ __device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring)
 }
 
 // The producer: `rows` rows of m from row `first` into the ring's next slot, once the slot's last
-// piece has been read (`empty`) and the copy kCopiesInFlight before it has landed (its `full`);
+// piece has been read (`empty`) and the copy ring.copies before it has landed (its `full`);
 // the copy completes the slot's `full` when it has landed.
 //
-// Why so few copies at once, when the ring has kSlots slots: on the H200, bench 08's 110M grid
+// Why so few copies at once (3 by default), when the ring has 8 slots or more: on the H200, bench 08's 110M grid
 // plan decoded faster with at most 3 than with 1, 2, 4, 6 or no limit (interleaved runs; the
 // lesson has the story). Our reading, not measured directly: a copy's bytes come back to the SM
 // on the same path as the tagged values a waiting block polls for, and a hand-off is on the
@@ -307,11 +313,11 @@ __device__ __forceinline__ int rows_per_piece(const Matrix& m, const Ring& ring)
 // then stay. On the H200 this made the 110M grid plan about 1% faster (interleaved runs);
 // evict-first on the prefetches as well gained nothing more.
 __device__ void send_piece(Ring& ring, const Matrix& m, int first, int rows) {
-  const std::uint32_t slot = ring.next % kSlots, use = ring.next / kSlots;
+  const std::uint32_t slot = ring.next % ring.count, use = ring.next / ring.count;
   if (use > 0) bulk::wait(ring.empty + slot, (use - 1) & 1u);
-  if (ring.next >= kCopiesInFlight) {
-    const std::uint32_t landed = ring.next - kCopiesInFlight;  // its slot is not reused before this piece's
-    bulk::wait(ring.full + landed % kSlots, (landed / kSlots) & 1u);
+  if (ring.next >= ring.copies) {
+    const std::uint32_t landed = ring.next - ring.copies;  // its slot is not reused before this piece's
+    bulk::wait(ring.full + landed % ring.count, (landed / ring.count) & 1u);
   }
   const std::uint32_t bytes = std::uint32_t(rows) * std::uint32_t(m.cols) * std::uint32_t(sizeof(float));
   bulk::arrive_expecting(ring.full + slot, bytes);
@@ -398,8 +404,8 @@ __device__ void matvec(Ring& ring, const Matrix& m, const float* vec, Store&& st
   const Rows rows = my_rows(m.n);
   const int per_piece = rows_per_piece(m, ring), warp = threadIdx.x / 32;
   for (int first = rows.begin; first < rows.end; first += per_piece, ++ring.next) {
-    const std::uint32_t slot = ring.next % kSlots;
-    bulk::wait(ring.full + slot, (ring.next / kSlots) & 1u);
+    const std::uint32_t slot = ring.next % ring.count;
+    bulk::wait(ring.full + slot, (ring.next / ring.count) & 1u);
     const float* piece = reinterpret_cast<const float*>(ring.slots + std::size_t(slot) * ring.slot_bytes);
     const int count = min(per_piece, rows.end - first);
     for (int r = (warp - (first - rows.begin) % kWarps + kWarps) % kWarps; r < count; r += kWarps) {
@@ -419,9 +425,9 @@ __device__ void matvec_pair(Ring& ring, const Matrix& a, const Matrix& b, const 
   const Rows rows = my_rows(a.n);
   const int per_piece = rows_per_piece(a, ring), warp = threadIdx.x / 32;
   for (int first = rows.begin; first < rows.end; first += per_piece, ring.next += 2) {
-    const std::uint32_t slot_a = ring.next % kSlots, slot_b = (ring.next + 1) % kSlots;
-    bulk::wait(ring.full + slot_a, (ring.next / kSlots) & 1u);
-    bulk::wait(ring.full + slot_b, ((ring.next + 1) / kSlots) & 1u);
+    const std::uint32_t slot_a = ring.next % ring.count, slot_b = (ring.next + 1) % ring.count;
+    bulk::wait(ring.full + slot_a, (ring.next / ring.count) & 1u);
+    bulk::wait(ring.full + slot_b, ((ring.next + 1) / ring.count) & 1u);
     const float* piece_a = reinterpret_cast<const float*>(ring.slots + std::size_t(slot_a) * ring.slot_bytes);
     const float* piece_b = reinterpret_cast<const float*>(ring.slots + std::size_t(slot_b) * ring.slot_bytes);
     const int count = min(per_piece, rows.end - first);
@@ -787,9 +793,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) persistent_step_kernel(const
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) unsigned char shared[];
   const Shared s = carve(p, shared);
-  Ring ring{s.ring, s.barriers, s.barriers + kSlots, p.slot_bytes, 0};
+  Ring ring{s.ring,         s.barriers, s.barriers + kMaxRingSlots, p.slot_bytes, std::uint32_t(p.ring_slots),
+            p.copies_in_flight, 0};
   if (threadIdx.x == 0) {
-    for (int k = 0; k < kSlots; ++k) {
+    for (int k = 0; k < p.ring_slots; ++k) {
       bulk::init(ring.full + k, 1);
       bulk::init(ring.empty + k, kWarps);
     }
@@ -975,33 +982,20 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
 
   int optin = 0;
   WB_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  // Shared memory not needed by the stages holds a head's cache history (keys and values).
-  const std::size_t base = layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, 0).total;
-  const std::size_t row_pair = 2 * sizeof(float) * std::size_t(c.head_size());
-  history_rows_ = base + row_pair <= std::size_t(optin) ? int(std::min<std::size_t>(c.seq_len, (optin - base) / row_pair)) : 0;
-  while (history_rows_ > 0 &&
-         layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, history_rows_).total > std::size_t(optin))
-    --history_rows_;  // the regions' 16-byte rounding
-  shared_bytes_ = layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, history_rows_).total;
-  if (shared_bytes_ > std::size_t(optin))
-    unsupported(model, "the weight ring, the scores of " + std::to_string(c.seq_len) + " positions and the stage vectors need " +
-                           std::to_string(shared_bytes_) + " bytes of shared memory; a block has " +
-                           std::to_string(optin));
-  WB_CUDA(cudaFuncSetAttribute(persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(shared_bytes_)));
-  int per_sm = 0;
-  WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_step_kernel, kBlockThreads, shared_bytes_));
-  if (per_sm < 1) unsupported(model, "no block of the kernel fits on an SM");
+  const SharedPlan shared = plan_shared(tuning_.ring_slots);
+  if (!shared.why_not.empty()) unsupported(model, shared.why_not);
+  apply(shared);
   // Every block must write some rows of xb (the last stage), which block 0 waits for before it
   // advances *pos: so at most dim blocks (and at most what is resident at once: the blocks
   // wait for each other).
-  max_blocks_ = std::min(per_sm * prop.multiProcessorCount, c.dim);
+  max_blocks_ = shared.blocks_at_once;
   // The kernel splits rows among blocks in 32-bit arithmetic (share): rows * blocks < 2^32.
   const std::uint64_t most_rows = std::max({c.vocab_size, c.dim + 2 * c.kv_dim(), c.hidden_dim});
   if (most_rows * std::uint64_t(max_blocks_) > 0xffffffffu)
     unsupported(model, "a matrix of " + std::to_string(most_rows) + " rows split among " + std::to_string(max_blocks_) +
                            " blocks overflows the kernel's 32-bit row arithmetic");
   blocks_ = std::min(prop.multiProcessorCount, max_blocks_);
+  checked_blocks_ = max_blocks_;
   // Block 0 gathers every block's greedy pick (2 floats) into attention's partial sums.
   if (2 * max_blocks_ > 4 * kThreads)
     unsupported(model, "the greedy picks of " + std::to_string(max_blocks_) + " blocks are more than block 0 gathers (" +
@@ -1016,6 +1010,46 @@ PersistentStep::PersistentStep(const GpuModel& model, const StepBuffers& buffers
   // launch will wait for. So the zeros must be there before any launch: wait here, once.
   WB_CUDA(cudaDeviceSynchronize());
   plan_cluster(optin);
+}
+
+// Shared memory for a weight ring of `ring_slots` slots: the ring, the stages' vectors and the
+// scores, and in what is left a head's cache history (keys and values, up to seq_len rows).
+PersistentStep::SharedPlan PersistentStep::plan_shared(int ring_slots) const {
+  const wb::model::Config& c = model_.config();
+  int device = 0, optin = 0, sms = 0;
+  WB_CUDA(cudaGetDevice(&device));
+  WB_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  WB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const auto bytes = [&](int history_rows) {
+    return layout_for(c.dim, c.hidden_dim, c.head_size(), c.seq_len, ring_slots, history_rows).total;
+  };
+  SharedPlan plan;
+  const std::size_t base = bytes(0);
+  const std::size_t row_pair = 2 * sizeof(float) * std::size_t(c.head_size());
+  plan.history_rows = base + row_pair <= std::size_t(optin) ? int(std::min<std::size_t>(c.seq_len, (optin - base) / row_pair)) : 0;
+  while (plan.history_rows > 0 && bytes(plan.history_rows) > std::size_t(optin)) --plan.history_rows;  // 16-byte rounding
+  plan.shared_bytes = bytes(plan.history_rows);
+  if (plan.shared_bytes > std::size_t(optin)) {
+    plan.why_not = "a weight ring of " + std::to_string(ring_slots) + " slots, the scores of " + std::to_string(c.seq_len) +
+                   " positions and the stage vectors need " + std::to_string(plan.shared_bytes) +
+                   " bytes of shared memory; a block has " + std::to_string(optin);
+    return plan;
+  }
+  // The occupancy query needs the kernel allowed this much; never less than the plan in use.
+  WB_CUDA(cudaFuncSetAttribute(persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(std::max(plan.shared_bytes, shared_bytes_))));
+  int per_sm = 0;
+  WB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_step_kernel, kBlockThreads, plan.shared_bytes));
+  if (per_sm < 1) plan.why_not = "no block of the kernel fits on an SM";
+  plan.blocks_at_once = std::min(per_sm * sms, c.dim);
+  return plan;
+}
+
+void PersistentStep::apply(const SharedPlan& plan) {
+  history_rows_ = plan.history_rows;
+  shared_bytes_ = plan.shared_bytes;
+  WB_CUDA(cudaFuncSetAttribute(persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(shared_bytes_)));
 }
 
 // The Cluster plan, where a cluster's shared memory holds the model, and the default plan:
@@ -1069,12 +1103,27 @@ StepTrace PersistentStep::read_trace() {
 }
 
 void PersistentStep::set_tuning(const PersistentTuning& tuning) {
-  if (tuning.prefetch_ahead < 0 || tuning.prefetch_ahead > PersistentTuning::kMaxPrefetchAhead ||
-      tuning.poll_sleep_ns > PersistentTuning::kMaxPollSleepNs)
-    throw std::invalid_argument("ch08 persistent step: prefetch_ahead " + std::to_string(tuning.prefetch_ahead) +
-                                " (0.." + std::to_string(PersistentTuning::kMaxPrefetchAhead) + ") and poll_sleep_ns " +
-                                std::to_string(tuning.poll_sleep_ns) + " (0.." +
-                                std::to_string(PersistentTuning::kMaxPollSleepNs) + ")");
+  using T = PersistentTuning;
+  if (tuning.prefetch_ahead < 0 || tuning.prefetch_ahead > T::kMaxPrefetchAhead ||
+      tuning.poll_sleep_ns > T::kMaxPollSleepNs || tuning.ring_slots < T::kMinRingSlots ||
+      tuning.ring_slots > T::kMaxRingSlots || tuning.copies_in_flight < 1 || tuning.copies_in_flight > tuning.ring_slots)
+    throw std::invalid_argument("ch08 persistent step: prefetch_ahead " + std::to_string(tuning.prefetch_ahead) + " (0.." +
+                                std::to_string(T::kMaxPrefetchAhead) + "), poll_sleep_ns " +
+                                std::to_string(tuning.poll_sleep_ns) + " (0.." + std::to_string(T::kMaxPollSleepNs) +
+                                "), ring_slots " + std::to_string(tuning.ring_slots) + " (" +
+                                std::to_string(T::kMinRingSlots) + ".." + std::to_string(T::kMaxRingSlots) +
+                                ") and copies_in_flight " + std::to_string(tuning.copies_in_flight) +
+                                " (1..ring_slots)");
+  if (tuning.ring_slots != tuning_.ring_slots) {
+    const SharedPlan plan = plan_shared(tuning.ring_slots);
+    if (!plan.why_not.empty()) throw std::invalid_argument("ch08 persistent step: " + plan.why_not);
+    if (plan.blocks_at_once < blocks_)
+      throw std::invalid_argument("ch08 persistent step: with a weight ring of " + std::to_string(tuning.ring_slots) +
+                                  " slots only " + std::to_string(plan.blocks_at_once) + " blocks fit at once; the grid has " +
+                                  std::to_string(blocks_));
+    apply(plan);
+    max_blocks_ = std::min(plan.blocks_at_once, checked_blocks_);  // no more than the constructor checked
+  }
   tuning_ = tuning;
 }
 
@@ -1107,6 +1156,8 @@ void PersistentStep::enqueue(cudaStream_t stream) {
   p.history_rows = history_rows_;
   p.poll_sleep_ns = tuning_.poll_sleep_ns;
   p.prefetch_ahead = tuning_.prefetch_ahead;
+  p.ring_slots = tuning_.ring_slots;
+  p.copies_in_flight = std::uint32_t(tuning_.copies_in_flight);
   p.trace = trace_armed_ ? trace_ : nullptr;
   trace_written_ = trace_armed_;
   trace_armed_ = false;

@@ -95,13 +95,19 @@ struct StepBuffers {
                                  // also goes to [pos], so that no copy brings it home
 };
 
-// The Grid plan's two latency knobs, for bench 08's sweeps (--persistent-prefetch-ahead,
-// --persistent-poll-ns); the defaults are the reference's.
+// The Grid plan's knobs, for bench 08's sweeps (--persistent-prefetch-ahead, --persistent-poll-ns,
+// --persistent-ring-slots, --persistent-copies); the defaults are the reference's.
 struct PersistentTuning {
   static constexpr int kMaxPrefetchAhead = 16;
   static constexpr unsigned kMaxPollSleepNs = 100000;
+  static constexpr int kMinRingSlots = 2, kMaxRingSlots = 16;  // 2: W1 and W3 pieces side by side
   int prefetch_ahead = 2;       // stages between the one the producer copies and the one it asks L2 for
   unsigned poll_sleep_ns = 32;  // __nanosleep between two polls of a tagged value not yet written
+  // The weight ring: its slots (16 KB each, or one row if longer; a larger ring leaves fewer
+  // cache rows in shared memory, history_rows()), and the copies into it the producer lets run
+  // at once (1..ring_slots).
+  int ring_slots = 8;
+  int copies_in_flight = 3;
 };
 
 // The Grid plan's trace (bench 08's --persistent-trace): in one launch, thread 0 of every block
@@ -175,6 +181,15 @@ class PersistentStep {
 
  private:
   void plan_cluster(int optin);
+  // Shared memory for a ring of `ring_slots` slots (why_not: why it cannot run; else the cache
+  // rows it leaves room for and the blocks that fit at once); apply() makes it the kernel's.
+  struct SharedPlan {
+    int history_rows = 0, blocks_at_once = 0;
+    std::size_t shared_bytes = 0;
+    std::string why_not;
+  };
+  SharedPlan plan_shared(int ring_slots) const;
+  void apply(const SharedPlan& plan);
 
   const GpuModel& model_;
   StepBuffers buffers_;
@@ -182,6 +197,7 @@ class PersistentStep {
   std::size_t tagged_words_ = 0;
   std::uint32_t launches_ = 0;       // the tags of launch n are n * n_layers + layer + 1
   int blocks_ = 0, max_blocks_ = 0, history_rows_ = 0;
+  int checked_blocks_ = 0;  // the most blocks the constructor checked the row arithmetic for
   std::size_t shared_bytes_ = 0;
   PersistentTuning tuning_;
   PersistentPlan plan_ = PersistentPlan::Grid;

@@ -278,6 +278,58 @@ TEST_CASE("persistent step: the grid plan's logits are the same bit for bit what
   }
 }
 
+// bench 08's --persistent-ring-slots and --persistent-copies: the weight ring's size and its
+// copies in flight change when weights arrive, never which weights a warp reads or the order of
+// any sum. The smallest ring (W1 and W3 side by side), a ring of 3 with every slot in flight (no
+// slot free while copying), a large one, and the largest this GPU's shared memory holds.
+TEST_CASE("persistent step: the grid plan's logits are the same bit for bit whatever the weight ring") {
+  WB_REQUIRE_GPU();
+  const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
+  if (!persistent_runs_here(m)) return;
+  const std::vector<int> tokens = random_sequence(m, persistent_steps(24), "ch08/persistent/ring");
+  ch08::GpuModel gm(m);
+  ch08::GpuDecoder dec(gm);
+  const auto want = persistent_logits(dec, tokens, 0);
+  const int default_rows = dec.persistent_step()->history_rows();
+  int largest = ch08::PersistentTuning::kMaxRingSlots;  // the largest ring that fits here
+  for (;; --largest) {
+    ch08::PersistentTuning t;
+    t.ring_slots = largest;
+    try {
+      dec.set_persistent_tuning(t);
+      break;
+    } catch (const std::invalid_argument& e) {
+      REQUIRE_MESSAGE(largest > ch08::PersistentTuning{}.ring_slots, "the default ring must fit: " << e.what());
+      CHECK_MESSAGE(std::string(e.what()).find("bytes of shared memory") != std::string::npos,
+                    "a ring too large is refused saying what it needs: " << e.what());
+    }
+  }
+  CHECK_MESSAGE(dec.persistent_step()->history_rows() <= default_rows,
+                "a larger ring leaves fewer cache rows in shared memory, not more");
+  for (const auto [slots, copies] : {std::pair{2, 1}, std::pair{3, 3}, std::pair{largest, 5}, std::pair{largest, largest}}) {
+    ch08::PersistentTuning t;
+    t.ring_slots = slots;
+    t.copies_in_flight = copies;
+    dec.set_persistent_tuning(t);
+    const auto got = persistent_logits(dec, tokens, 0);
+    REQUIRE(got.size() == want.size());
+    const std::string differs = first_bit_difference(got, want);
+    CHECK_MESSAGE(differs.empty(), "ch08 persistent step: with a weight ring of "
+                                       << slots << " slots, " << copies << " copies in flight, " << differs
+                                       << ": a piece was read before its copy landed, or a slot was overwritten "
+                                          "while a warp still read it");
+  }
+  ch08::PersistentTuning bad;
+  bad.ring_slots = 4;
+  bad.copies_in_flight = 5;  // more copies in flight than slots to land in
+  CHECK_THROWS_AS(dec.set_persistent_tuning(bad), std::invalid_argument);
+  bad = ch08::PersistentTuning{};
+  bad.ring_slots = 1;
+  CHECK_THROWS_AS(dec.set_persistent_tuning(bad), std::invalid_argument);
+  dec.set_persistent_tuning(ch08::PersistentTuning{});
+  CHECK(dec.persistent_step()->history_rows() == default_rows);
+}
+
 // bench 08's --persistent-trace: a traced launch stamps the global timer at every stage of every
 // block. It must not change the step (same logits, bit for bit), and each block's stamps must
 // follow its stages' order (a stamp in the wrong place would make the trace's table lie).
