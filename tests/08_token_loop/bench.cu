@@ -30,6 +30,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_decoder.hpp"
@@ -77,6 +78,7 @@ struct Sweeps {
   std::vector<unsigned> poll_ns;
   std::vector<int> ring_slots;
   std::vector<int> copies;
+  std::vector<int> wqkv_on_heads;  // 1: the default; 0: the head blocks compute no Wqkv rows
   std::vector<int> trace_positions;
 };
 
@@ -101,14 +103,14 @@ void sweep_persistent_blocks(ch08::GpuDecoder& dec, const std::vector<int>& grid
 
 // The Grid plan's tokens/s with each value of one latency knob (a PersistentTuning member),
 // the other at the reference's default; printed only.
-template <typename T>
-void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<T>& values,
+template <typename T, typename V>
+void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<V>& values,
                 T ch08::PersistentTuning::*knob, int steps) {
   if (values.empty()) return;
   std::printf("  persistent step (grid plan) by %s:", what);
-  for (const T value : values) {
+  for (const V value : values) {
     ch08::PersistentTuning tuning;
-    tuning.*knob = value;
+    tuning.*knob = static_cast<T>(value);
     try {
       dec.set_persistent_tuning(tuning);
     } catch (const std::invalid_argument& e) {  // a ring too large for this GPU's shared memory
@@ -126,7 +128,8 @@ void sweep_knob(ch08::GpuDecoder& dec, const char* what, const std::vector<T>& v
 // value not yet written, the weight ring's slots and its copies in flight
 // (--persistent-prefetch-ahead, --persistent-poll-ns, --persistent-ring-slots, --persistent-copies).
 void sweep_persistent_tuning(ch08::GpuDecoder& dec, const Sweeps& sweeps, int steps) {
-  if ((sweeps.prefetch_ahead.empty() && sweeps.poll_ns.empty() && sweeps.ring_slots.empty() && sweeps.copies.empty()) ||
+  if ((sweeps.prefetch_ahead.empty() && sweeps.poll_ns.empty() && sweeps.ring_slots.empty() && sweeps.copies.empty() &&
+       sweeps.wqkv_on_heads.empty()) ||
       !dec.persistent_step())
     return;
   dec.set_mode(ch08::StepMode::Persistent);
@@ -138,31 +141,47 @@ void sweep_persistent_tuning(ch08::GpuDecoder& dec, const Sweeps& sweeps, int st
   sweep_knob(dec, "weight ring slots (slots: tok/s)", sweeps.ring_slots, &ch08::PersistentTuning::ring_slots, steps);
   sweep_knob(dec, "ring copies in flight (copies: tok/s)", sweeps.copies, &ch08::PersistentTuning::copies_in_flight,
              steps);
+  sweep_knob(dec, "Wqkv on the head blocks (1 yes, 0 no: tok/s)", sweeps.wqkv_on_heads,
+             &ch08::PersistentTuning::wqkv_on_head_blocks, steps);
   dec.set_persistent_tuning(ch08::PersistentTuning{});
   dec.set_persistent_plan(chosen);
 }
 
 // Where one token's time goes inside the persistent step (grid plan), at each position asked
 // (--persistent-trace): one traced launch after the positions before it, teacher-forced, as
-// hand-off, work and straggle per stage (ch08::trace_table); printed only.
-void trace_persistent(ch08::GpuDecoder& dec, const Model& model, const std::vector<int>& positions) {
+// hand-off, work and straggle per stage (ch08::trace_table); printed only. With the default
+// tuning, and also with Wqkv off the head blocks when --persistent-wqkv-on-heads asks for it.
+void trace_persistent(ch08::GpuDecoder& dec, const Model& model, const Sweeps& sweeps) {
+  const std::vector<int>& positions = sweeps.trace_positions;
   if (positions.empty() || !dec.persistent_step()) return;
+  std::vector<std::pair<std::string, ch08::PersistentTuning>> tunings = {{"", ch08::PersistentTuning{}}};
+  for (const int on : sweeps.wqkv_on_heads)
+    if (on == 0) {
+      ch08::PersistentTuning off;
+      off.wqkv_on_head_blocks = false;
+      tunings.emplace_back(", Wqkv off the head blocks", off);
+    }
   dec.set_mode(ch08::StepMode::Persistent);
   const ch08::PersistentPlan chosen = dec.persistent_step()->plan();
   dec.set_persistent_plan(ch08::PersistentPlan::Grid);
   const int vocab = model.config().vocab_size, seq_len = model.config().seq_len;
-  for (const int pos : positions) {
-    if (pos < 0 || pos >= seq_len) {
-      std::printf("  (no trace at position %d: the context is 0..%d)\n", pos, seq_len - 1);
-      continue;
+  for (const auto& [label, tuning] : tunings) {
+    dec.set_persistent_tuning(tuning);
+    for (const int pos : positions) {
+      if (pos < 0 || pos >= seq_len) {
+        std::printf("  (no trace at position %d: the context is 0..%d)\n", pos, seq_len - 1);
+        continue;
+      }
+      dec.reset();
+      for (int p = 0; p < pos; ++p) (void)dec.forward_logits((1 + p) % vocab);
+      const ch08::StepTrace trace = dec.trace_persistent_step((1 + pos) % vocab);
+      std::printf("  persistent step (grid plan, %d blocks%s), one token traced at position %d:\n", trace.blocks,
+                  label.c_str(), pos);
+      for (const std::string& line : ch08::trace_table(trace)) std::printf("    %s\n", line.c_str());
+      std::fflush(stdout);
     }
-    dec.reset();
-    for (int p = 0; p < pos; ++p) (void)dec.forward_logits((1 + p) % vocab);
-    const ch08::StepTrace trace = dec.trace_persistent_step((1 + pos) % vocab);
-    std::printf("  persistent step (grid plan, %d blocks), one token traced at position %d:\n", trace.blocks, pos);
-    for (const std::string& line : ch08::trace_table(trace)) std::printf("    %s\n", line.c_str());
-    std::fflush(stdout);
   }
+  dec.set_persistent_tuning(ch08::PersistentTuning{});
   dec.reset();
   dec.set_persistent_plan(chosen);
 }
@@ -286,7 +305,7 @@ void bench_model(wb::ResultsWriter& writer, const std::string& build, const Mode
     }
     sweep_persistent_blocks(dec, sweeps.grids, steps);
     sweep_persistent_tuning(dec, sweeps, steps);
-    trace_persistent(dec, model, sweeps.trace_positions);
+    trace_persistent(dec, model, sweeps);
     std::printf("  stages of the step as graphs (us, position %d): embed+norm %.1f, matvec %.1f, rope %.1f, attention %.1f, "
                 "swiglu %.1f, sampler %.1f; roofline %.0f tok/s (%.1f MB per token at %.0f GB/s)\n",
                 stage_position, stages.embed_norm_us, stages.matvec_us, stages.rope_us, stages.attention_us, stages.swiglu_us,
@@ -436,6 +455,11 @@ int main(int argc, char** argv) {
                  "default ring's slots; printed, not written)")
       ->delimiter(',')
       ->check(CLI::Range(1, ch08::PersistentTuning{}.ring_slots));
+  app.add_option("--persistent-wqkv-on-heads", sweeps.wqkv_on_heads,
+                 "also time the grid plan with the attention heads' blocks computing a share of Wqkv (1, the "
+                 "default) or none of it (0; with --persistent-trace, traced too; printed, not written)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1));
   app.add_option("--persistent-trace", sweeps.trace_positions,
                  "also trace one token of the grid plan at these positions: per stage, the hand-off from the last "
                  "writer, the work and the straggle (printed, not written)")

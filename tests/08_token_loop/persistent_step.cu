@@ -62,6 +62,7 @@ struct Params : StepShape {
   unsigned poll_sleep_ns;  // PersistentTuning's, between two polls of a value not yet written
   int prefetch_ahead;      // PersistentTuning's: stages from the one sent to the one asked of L2
   int ring_slots;          // PersistentTuning's: the weight ring's slots
+  int wqkv_skip_blocks;    // 0, or n_heads: the head blocks compute no Wqkv rows (wqkv_on_head_blocks)
   std::uint32_t copies_in_flight;  // PersistentTuning's: ring copies the producer lets run at once
   int history_rows;      // cache rows a head block keeps in shared memory
   std::uint32_t slot_bytes;  // a weight ring slot's size (slot_bytes_for)
@@ -201,7 +202,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 struct Matrix {
   const float* rows;  // [n][cols]
   int n, cols;
+  int skip_blocks = 0;  // blocks [0, skip_blocks) compute none of its rows (PersistentTuning::wqkv_on_head_blocks)
 };
+
+// This block's rows of m: my_rows over the blocks from m.skip_blocks on.
+__device__ Rows rows_of(const Matrix& m) {
+  if (int(blockIdx.x) < m.skip_blocks) return {0, 0};
+  return share({0, m.n}, int(blockIdx.x) - m.skip_blocks, int(gridDim.x) - m.skip_blocks);
+}
 
 constexpr std::uint32_t kPrefetchPiece = 4096;  // bytes per prefetch instruction
 constexpr int kClassifierChunk = 128;           // classifier rows per block asked of L2 ahead
@@ -228,7 +236,7 @@ __device__ void prefetch_rows(const Matrix& m, int first, int last) {
 
 __device__ Matrix wqkv_of(const Params& p, int l) {
   const std::size_t rows = std::size_t(p.dim) + 2 * std::size_t(p.kv_dim);
-  return {p.w.wqkv + std::size_t(l) * rows * p.dim, int(rows), p.dim};
+  return {p.w.wqkv + std::size_t(l) * rows * p.dim, int(rows), p.dim, p.wqkv_skip_blocks};
 }
 __device__ Matrix wo_of(const Params& p, int l) { return {p.w.wo + std::size_t(l) * p.dim * p.dim, p.dim, p.dim}; }
 __device__ Matrix w1_of(const Params& p, int l) {
@@ -265,7 +273,7 @@ __device__ Stage stage_of(const Params& p, int stage) {
 __device__ void prefetch_stage(const Params& p, int stage) {
   if (stage >= stage_count(p)) return;
   const Stage st = stage_of(p, stage);
-  const Rows r = my_rows(st.a.n);
+  const Rows r = rows_of(st.a);
   const int last = stage == stage_count(p) - 1 ? min(r.end, r.begin + kClassifierChunk) : r.end;
   prefetch_rows(st.a, r.begin, last);
   if (st.pair) prefetch_rows(st.b, r.begin, last);
@@ -328,7 +336,7 @@ __device__ void send_piece(Ring& ring, const Matrix& m, int first, int rows) {
 
 // This block's rows of m into the ring, piece by piece.
 __device__ void send_rows(Ring& ring, const Matrix& m) {
-  const Rows rows = my_rows(m.n);
+  const Rows rows = rows_of(m);
   const int per_piece = rows_per_piece(m, ring);
   for (int first = rows.begin; first < rows.end; first += per_piece)
     send_piece(ring, m, first, min(per_piece, rows.end - first));
@@ -336,7 +344,7 @@ __device__ void send_rows(Ring& ring, const Matrix& m) {
 
 // The same for two matrices of one shape, a piece of each in turn (matvec_pair reads them so).
 __device__ void send_rows_pair(Ring& ring, const Matrix& a, const Matrix& b) {
-  const Rows rows = my_rows(a.n);
+  const Rows rows = rows_of(a);
   const int per_piece = rows_per_piece(a, ring);
   for (int first = rows.begin; first < rows.end; first += per_piece) {
     send_piece(ring, a, first, min(per_piece, rows.end - first));
@@ -401,7 +409,7 @@ __device__ float2 row_dot_pair(const float* row_a, const float* row_b, const flo
 // reads what this one left in shared memory).
 template <typename Store>
 __device__ void matvec(Ring& ring, const Matrix& m, const float* vec, Store&& store) {
-  const Rows rows = my_rows(m.n);
+  const Rows rows = rows_of(m);
   const int per_piece = rows_per_piece(m, ring), warp = threadIdx.x / 32;
   for (int first = rows.begin; first < rows.end; first += per_piece, ++ring.next) {
     const std::uint32_t slot = ring.next % ring.count;
@@ -422,7 +430,7 @@ __device__ void matvec(Ring& ring, const Matrix& m, const float* vec, Store&& st
 // both by the same warp: store(row, a_dot, b_dot). How W1 and W3 make SwiGLU's two inputs.
 template <typename Store>
 __device__ void matvec_pair(Ring& ring, const Matrix& a, const Matrix& b, const float* vec, Store&& store) {
-  const Rows rows = my_rows(a.n);
+  const Rows rows = rows_of(a);
   const int per_piece = rows_per_piece(a, ring), warp = threadIdx.x / 32;
   for (int first = rows.begin; first < rows.end; first += per_piece, ring.next += 2) {
     const std::uint32_t slot_a = ring.next % ring.count, slot_b = (ring.next + 1) % ring.count;
@@ -489,6 +497,17 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
   return silu * up;
 }
 
+// ---- The trace (bench 08's --persistent-trace) -------------------------------------------------
+// In a traced launch thread 0 of every block stamps the global timer where a stage's input is
+// complete and where its outputs are published (StepStamp in persistent_step.hpp), so the host
+// can tell the hand-offs (the last writer's stamp to a reader's) from the stages' own work. An
+// untraced launch pays one uniform branch per stamp.
+__device__ __forceinline__ void stamp(const Params& p, int layer, StepStamp which) {
+  if (p.trace == nullptr || threadIdx.x != 0) return;
+  const int per_block = kStampsPerLayer * p.n_layers + kFinalStamps;
+  p.trace[std::size_t(blockIdx.x) * per_block + layer * kStampsPerLayer + int(which)] = wb::global_timer_ns();
+}
+
 // ---- Attention ------------------------------------------------------------------------------
 
 // The rows t < pos of a head's keys and values were written by earlier launches: the head's block
@@ -535,6 +554,7 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
     }
   }
   block_sync();
+  stamp(p, layer, StepStamp::AttentionIn);
   for (int i = 2 * tid; i < hs; i += 2 * kThreads) {
     const float cs = s.rope[i], sn = s.rope[i + 1];  // this position's angle (step computed it)
     const float q0 = s.q[i], q1 = s.q[i + 1], k0 = s.k[i], k1 = s.k[i + 1];
@@ -596,6 +616,7 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
     sum += e;
   }
   sum = block_sum(sum, s.red);  // (its barrier also publishes every e)
+  stamp(p, layer, StepStamp::AttentionScores);
   // Weighted sum: thread (group g, column c) adds p_t * v_t[4c..4c+3] over t = g, g + groups, ...;
   // the groups' partial sums are then added in a fixed order.
   const int columns = hs / 4, groups = kThreads / columns;
@@ -635,17 +656,6 @@ __device__ void attention_head(const Params& p, const Shared& s, int layer, int 
     tagged::publish(p.act.att + h * hs + i, out / sum, tag);
   }
   block_sync();  // s.q, s.k, s.v, s.partial are the next head's
-}
-
-// ---- The trace (bench 08's --persistent-trace) -------------------------------------------------
-// In a traced launch thread 0 of every block stamps the global timer where a stage's input is
-// complete and where its outputs are published (StepStamp in persistent_step.hpp), so the host
-// can tell the hand-offs (the last writer's stamp to a reader's) from the stages' own work. An
-// untraced launch pays one uniform branch per stamp.
-__device__ __forceinline__ void stamp(const Params& p, int layer, StepStamp which) {
-  if (p.trace == nullptr || threadIdx.x != 0) return;
-  const int per_block = kStampsPerLayer * p.n_layers + kFinalStamps;
-  p.trace[std::size_t(blockIdx.x) * per_block + layer * kStampsPerLayer + int(which)] = wb::global_timer_ns();
 }
 
 // ---- Greedy decoding's token ----------------------------------------------------------------
@@ -742,6 +752,10 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     // B: att = attention(q, the caches + this position's k and v), a block per query head
     for (int h = blockIdx.x; h < p.n_heads; h += gridDim.x)
       attention_head(p, s, l, h, pos, tag, h == int(blockIdx.x) ? copied : 0);
+    if (int(blockIdx.x) >= p.n_heads) {  // no head here: its attention stamps mark QkvOut's time
+      stamp(p, l, StepStamp::AttentionIn);
+      stamp(p, l, StepStamp::AttentionScores);
+    }
     stamp(p, l, StepStamp::AttentionOut);
     // C: xa = x + Wo att (x: the residual rows; layer 0's came with the embedding row)
     if (l > 0)
@@ -895,30 +909,50 @@ std::vector<std::string> trace_table(const StepTrace& t) {
   };
   std::vector<Row> rows = {{"Wqkv (input: xb)", {}, {}, {}},
                            {"attention (input: qkv)", {}, {}, {}},
+                           {"  RoPE, scores, softmax", {}, {}, {}},
+                           {"  weighted sum, publish", {}, {}, {}},
                            {"Wo (input: att)", {}, {}, {}},
                            {"W1|W3 (input: xa)", {}, {}, {}},
                            {"W2 (input: g)", {}, {}, {}},
                            {"classifier (input: xb)", {}, {}, {}}};
   std::vector<double> layer_ns;
+  // Which blocks hold up Wqkv, the stage attention waits for: the head blocks (they also copy
+  // their head's cache history) or the others.
+  int head_block_last = 0;
+  std::vector<double> qkv_work_heads, qkv_work_others;
+  for (int l = 0; l < t.n_layers; ++l) {
+    int last = 0;
+    for (int b = 0; b < t.blocks; ++b) {
+      if (t.at(b, l, S::QkvOut) > t.at(last, l, S::QkvOut)) last = b;
+      (b < heads ? qkv_work_heads : qkv_work_others).push_back(double(t.at(b, l, S::QkvOut)) - double(t.at(b, l, S::QkvIn)));
+    }
+    head_block_last += last < heads;
+  }
   for (int l = 0; l < t.n_layers; ++l) {
     if (l > 0) {
       rows[0].handoff.push_back(median_stamp(l, S::QkvIn) - latest(l - 1, S::W2Out, t.blocks));
       rows[0].straggle.push_back(latest(l, S::QkvIn, t.blocks) - earliest(l, S::QkvIn));
     }
     rows[0].work.push_back(median_span(l, S::QkvIn, S::QkvOut, t.blocks));
-    // Attention: from the last qkv row published to the heads' outputs (each head waits for
-    // its own q, k and v, so this is the heads' wait and work together).
-    std::vector<double> att;
+    // Attention, over the head blocks: the hand-off from the last qkv row published to the
+    // head's q, k and v in shared memory, then its two halves' work.
+    std::vector<double> qkv_in, softmax, weighted;
     const double qkv_ready = latest(l, S::QkvOut, t.blocks);
-    for (int b = 0; b < heads; ++b) att.push_back(double(t.at(b, l, S::AttentionOut)) - qkv_ready);
-    rows[1].work.push_back(median_of(att));
+    for (int b = 0; b < heads; ++b) {
+      qkv_in.push_back(double(t.at(b, l, S::AttentionIn)) - qkv_ready);
+      softmax.push_back(double(t.at(b, l, S::AttentionScores)) - double(t.at(b, l, S::AttentionIn)));
+      weighted.push_back(double(t.at(b, l, S::AttentionOut)) - double(t.at(b, l, S::AttentionScores)));
+    }
+    rows[1].handoff.push_back(median_of(qkv_in));
+    rows[2].work.push_back(median_of(softmax));
+    rows[3].work.push_back(median_of(weighted));
     const struct {
       int row;
       S in, out, before;
       int writers;
-    } stages[] = {{2, S::WoIn, S::WoOut, S::AttentionOut, heads},
-                  {3, S::W13In, S::W13Out, S::WoOut, t.blocks},
-                  {4, S::W2In, S::W2Out, S::W13Out, t.blocks}};
+    } stages[] = {{4, S::WoIn, S::WoOut, S::AttentionOut, heads},
+                  {5, S::W13In, S::W13Out, S::WoOut, t.blocks},
+                  {6, S::W2In, S::W2Out, S::W13Out, t.blocks}};
     for (const auto& st : stages) {
       rows[std::size_t(st.row)].handoff.push_back(median_stamp(l, st.in) - latest(l, st.before, st.writers));
       rows[std::size_t(st.row)].work.push_back(median_span(l, st.in, st.out, t.blocks));
@@ -927,12 +961,12 @@ std::vector<std::string> trace_table(const StepTrace& t) {
     if (l + 1 < t.n_layers) layer_ns.push_back(median_stamp(l + 1, S::QkvIn) - median_stamp(l, S::QkvIn));
   }
   const int f = t.n_layers;  // the classifier's stamps
-  rows[5].handoff.push_back(median_stamp(f, S::QkvIn) - latest(f - 1, S::W2Out, t.blocks));
-  rows[5].work.push_back(median_span(f, S::QkvIn, S::QkvOut, t.blocks));
-  rows[5].straggle.push_back(latest(f, S::QkvIn, t.blocks) - earliest(f, S::QkvIn));
+  rows[7].handoff.push_back(median_stamp(f, S::QkvIn) - latest(f - 1, S::W2Out, t.blocks));
+  rows[7].work.push_back(median_span(f, S::QkvIn, S::QkvOut, t.blocks));
+  rows[7].straggle.push_back(latest(f, S::QkvIn, t.blocks) - earliest(f, S::QkvIn));
 
   std::vector<std::string> lines;
-  char line[160];
+  char line[200];
   std::snprintf(line, sizeof line, "%-24s %12s %12s %12s", "stage (median of layers)", "hand-off us", "work us",
                 "straggle us");
   lines.emplace_back(line);
@@ -946,6 +980,10 @@ std::vector<std::string> trace_table(const StepTrace& t) {
                   us(r.straggle).c_str());
     lines.emplace_back(line);
   }
+  std::snprintf(line, sizeof line, "Wqkv's last block to publish: a head block in %d of %d layers; work %s us (head "
+                "blocks), %s us (the others)", head_block_last, t.n_layers, us(qkv_work_heads).c_str(),
+                us(qkv_work_others).c_str());
+  lines.emplace_back(line);
   std::snprintf(line, sizeof line, "a layer (median block's Wqkv input to the next's): %s us; the token: %.2f us",
                 us(layer_ns).c_str(), (latest(f, S::QkvOut, t.blocks) - earliest(0, S::QkvIn)) / 1e3);
   lines.emplace_back(line);
@@ -1157,6 +1195,8 @@ void PersistentStep::enqueue(cudaStream_t stream) {
   p.poll_sleep_ns = tuning_.poll_sleep_ns;
   p.prefetch_ahead = tuning_.prefetch_ahead;
   p.ring_slots = tuning_.ring_slots;
+  // The head blocks are blocks [0, n_heads) when the grid has more blocks than heads.
+  p.wqkv_skip_blocks = !tuning_.wqkv_on_head_blocks && blocks_ > c.n_heads ? c.n_heads : 0;
   p.copies_in_flight = std::uint32_t(tuning_.copies_in_flight);
   p.trace = trace_armed_ ? trace_ : nullptr;
   trace_written_ = trace_armed_;

@@ -96,7 +96,8 @@ struct StepBuffers {
 };
 
 // The Grid plan's knobs, for bench 08's sweeps (--persistent-prefetch-ahead, --persistent-poll-ns,
-// --persistent-ring-slots, --persistent-copies); the defaults are the reference's.
+// --persistent-ring-slots, --persistent-copies, --persistent-wqkv-on-heads); the defaults are
+// the reference's.
 struct PersistentTuning {
   static constexpr int kMaxPrefetchAhead = 16;
   static constexpr unsigned kMaxPollSleepNs = 100000;
@@ -108,15 +109,21 @@ struct PersistentTuning {
   // at once (1..ring_slots).
   int ring_slots = 8;
   int copies_in_flight = 3;
+  // Whether the blocks that compute attention's heads also compute a share of Wqkv, the stage
+  // attention waits for (false: the other blocks share its rows; only where the grid has more
+  // blocks than heads). The head blocks also copy their head's cache history meanwhile.
+  bool wqkv_on_head_blocks = true;
 };
 
 // The Grid plan's trace (bench 08's --persistent-trace): in one launch, thread 0 of every block
 // stamps the GPU's global timer (ns) where each stage's input is complete (...In) and where its
-// outputs are published (...Out), per layer; the attention heads' blocks stamp AttentionOut
-// when their heads are published (the others right after QkvOut). After the last layer, the
-// classifier's input and output take the QkvIn and QkvOut places of "layer" n_layers.
-enum class StepStamp { QkvIn, QkvOut, AttentionOut, WoIn, WoOut, W13In, W13Out, W2In, W2Out };
-constexpr int kStampsPerLayer = 9, kFinalStamps = 2;
+// outputs are published (...Out), per layer. The attention heads' blocks also stamp inside
+// attention: AttentionIn once the head's q, k and v are in shared memory, AttentionScores once
+// the softmax's sum is known, AttentionOut once the head is published (a block with no head
+// stamps all three right after QkvOut). After the last layer, the classifier's input and output
+// take the QkvIn and QkvOut places of "layer" n_layers.
+enum class StepStamp { QkvIn, QkvOut, AttentionIn, AttentionScores, AttentionOut, WoIn, WoOut, W13In, W13Out, W2In, W2Out };
+constexpr int kStampsPerLayer = 11, kFinalStamps = 2;
 
 struct StepTrace {
   int blocks = 0, n_layers = 0, n_heads = 0;

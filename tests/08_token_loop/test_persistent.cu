@@ -278,11 +278,12 @@ TEST_CASE("persistent step: the grid plan's logits are the same bit for bit what
   }
 }
 
-// bench 08's --persistent-ring-slots and --persistent-copies: the weight ring's size and its
-// copies in flight change when weights arrive, never which weights a warp reads or the order of
-// any sum. The smallest ring (W1 and W3 side by side), a ring of 3 with every slot in flight (no
-// slot free while copying), a large one, and the largest this GPU's shared memory holds.
-TEST_CASE("persistent step: the grid plan's logits are the same bit for bit whatever the weight ring") {
+// bench 08's --persistent-ring-slots, --persistent-copies and --persistent-wqkv-on-heads: the
+// weight ring's size and its copies in flight change when weights arrive, and the Wqkv split
+// which block computes a row, never a row's sum or its order. The smallest ring (W1 and W3 side
+// by side), a ring of 3 with every slot in flight (no slot free while copying), a large one, the
+// largest this GPU's shared memory holds, and Wqkv off the head blocks.
+TEST_CASE("persistent step: the grid plan's logits are the same bit for bit whatever the weight ring and Wqkv split") {
   WB_REQUIRE_GPU();
   const Model m = wb::model::make_synthetic(wb::model::synthetic_small());
   if (!persistent_runs_here(m)) return;
@@ -306,18 +307,25 @@ TEST_CASE("persistent step: the grid plan's logits are the same bit for bit what
   }
   CHECK_MESSAGE(dec.persistent_step()->history_rows() <= default_rows,
                 "a larger ring leaves fewer cache rows in shared memory, not more");
-  for (const auto [slots, copies] : {std::pair{2, 1}, std::pair{3, 3}, std::pair{largest, 5}, std::pair{largest, largest}}) {
+  struct Case {
+    int slots, copies;
+    bool wqkv_on_heads;
+  };
+  for (const Case c : {Case{2, 1, true}, Case{3, 3, true}, Case{largest, 5, true}, Case{largest, largest, true},
+                       Case{8, 3, false}, Case{2, 2, false}}) {
     ch08::PersistentTuning t;
-    t.ring_slots = slots;
-    t.copies_in_flight = copies;
+    t.ring_slots = c.slots;
+    t.copies_in_flight = c.copies;
+    t.wqkv_on_head_blocks = c.wqkv_on_heads;
     dec.set_persistent_tuning(t);
     const auto got = persistent_logits(dec, tokens, 0);
     REQUIRE(got.size() == want.size());
     const std::string differs = first_bit_difference(got, want);
     CHECK_MESSAGE(differs.empty(), "ch08 persistent step: with a weight ring of "
-                                       << slots << " slots, " << copies << " copies in flight, " << differs
-                                       << ": a piece was read before its copy landed, or a slot was overwritten "
-                                          "while a warp still read it");
+                                       << c.slots << " slots, " << c.copies << " copies in flight, Wqkv "
+                                       << (c.wqkv_on_heads ? "on" : "off") << " the head blocks, " << differs
+                                       << ": a piece was read before its copy landed, a slot was overwritten "
+                                          "while a warp still read it, or a row was left to no block");
   }
   ch08::PersistentTuning bad;
   bad.ring_slots = 4;
@@ -355,7 +363,8 @@ TEST_CASE("persistent step: a traced step gives the same logits bit for bit, eac
   for (int b = 0; b < trace.blocks; ++b) {
     std::vector<unsigned long long> order;  // this block's stamps in the order its stages run
     for (int l = 0; l < trace.n_layers; ++l)
-      for (S s : {S::QkvIn, S::QkvOut, S::AttentionOut, S::WoIn, S::WoOut, S::W13In, S::W13Out, S::W2In, S::W2Out})
+      for (S s : {S::QkvIn, S::QkvOut, S::AttentionIn, S::AttentionScores, S::AttentionOut, S::WoIn, S::WoOut, S::W13In,
+                  S::W13Out, S::W2In, S::W2Out})
         order.push_back(trace.at(b, l, s));
     order.push_back(trace.at(b, trace.n_layers, S::QkvIn));
     order.push_back(trace.at(b, trace.n_layers, S::QkvOut));
@@ -363,7 +372,7 @@ TEST_CASE("persistent step: a traced step gives the same logits bit for bit, eac
     CHECK(order.front() > 0);
     CHECK(std::is_sorted(order.begin(), order.end()));
   }
-  CHECK(ch08::trace_table(trace).size() == 8);  // a header, six stages, the totals
+  CHECK(ch08::trace_table(trace).size() == 11);  // a header, eight rows, Wqkv's last block, the totals
   dec.set_mode(ch08::StepMode::Graph);
   CHECK_THROWS_AS((void)dec.trace_persistent_step(tokens.front()), std::logic_error);
 }
