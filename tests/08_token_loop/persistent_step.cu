@@ -491,6 +491,17 @@ __device__ void rmsnorm_in_place(float* vec, int n, const NormWeights& nw, float
   block_sync();
 }
 
+// The residual rows `mine` of the stage input in vec (filled with await_vector's mapping), into
+// res before RMSNorm overwrites vec: each thread copies its own elements, so no barrier is
+// needed here, and the norm's barriers publish res before any store reads it. (The Wo and W2
+// stages used to await these rows from L2 again, a round trip on the chain for values the block
+// already had.)
+__device__ void keep_residual(const Shared& s, Rows mine, int n) {
+  const unsigned rows = unsigned(mine.end - mine.begin);
+  for (int i = int(threadIdx.x); i < n; i += kThreads)
+    if (unsigned(i - mine.begin) < rows) s.res[i - mine.begin] = s.vec[i];
+}
+
 // llama2.c's SwiGLU: silu(g) * u, silu(g) = g / (1 + exp(-g)), with silu(-inf) = 0.
 __device__ __forceinline__ float swiglu(float gate, float up) {
   const float silu = gate == -INFINITY ? 0.0f : gate * (1.0f / (1.0f + expf(-gate)));
@@ -740,12 +751,12 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     load_norm(norm, p.w.rms_att + L * dim, dim);
     if (l == 0) {
       const float* row = p.w.embedding + (known ? std::size_t(token) : 0) * dim;
-      for (int i = tid; i < dim; i += kThreads) s.vec[i] = known ? __ldg(row + i) : nan;
-      for (int j = tid; j < mine.end - mine.begin; j += kThreads) s.res[j] = known ? __ldg(row + mine.begin + j) : nan;
+      for (int i = tid; i < dim; i += kThreads) s.vec[i] = known ? __ldg(row + i) : nan;  // await_vector's mapping
     } else {
       await_vector(p.act.xb, dim, before, s.vec, p);
     }
     stamp(p, l, StepStamp::QkvIn);
+    keep_residual(s, mine, dim);  // x: stage C adds Wo att to it
     rmsnorm_in_place(s.vec, dim, norm, s.red);
     matvec(ring, wqkv_of(p, l), s.vec, [&](int r, float d) { tagged::publish(p.act.qkv + r, d, tag); });
     stamp(p, l, StepStamp::QkvOut);
@@ -757,10 +768,7 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
       stamp(p, l, StepStamp::AttentionScores);
     }
     stamp(p, l, StepStamp::AttentionOut);
-    // C: xa = x + Wo att (x: the residual rows; layer 0's came with the embedding row)
-    if (l > 0)
-      for (int j = tid; j < mine.end - mine.begin; j += kThreads)
-        s.res[j] = tagged::await(p.act.xb + mine.begin + j, before, p.poll_sleep_ns);
+    // C: xa = x + Wo att (x: the residual rows stage A kept)
     await_vector(p.act.att, dim, tag, s.vec, p);
     block_sync();
     stamp(p, l, StepStamp::WoIn);
@@ -770,13 +778,12 @@ __device__ void step(const Params& p, const Shared& s, Ring& ring) {
     load_norm(norm, p.w.rms_ffn + L * dim, dim);
     await_vector(p.act.xa, dim, tag, s.vec, p);
     stamp(p, l, StepStamp::W13In);
+    keep_residual(s, mine, dim);  // xa: stage E adds W2 g to it
     rmsnorm_in_place(s.vec, dim, norm, s.red);
     matvec_pair(ring, w1_of(p, l), w3_of(p, l), s.vec,
                 [&](int j, float gate, float up) { tagged::publish(p.act.g + j, swiglu(gate, up), tag); });
     stamp(p, l, StepStamp::W13Out);
-    // E: xb = xa + W2 g
-    for (int j = tid; j < mine.end - mine.begin; j += kThreads)
-      s.res[j] = tagged::await(p.act.xa + mine.begin + j, tag, p.poll_sleep_ns);
+    // E: xb = xa + W2 g (xa: the residual rows stage D kept)
     await_vector(p.act.g, hidden, tag, s.vec, p);
     block_sync();
     stamp(p, l, StepStamp::W2In);
