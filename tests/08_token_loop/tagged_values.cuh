@@ -45,12 +45,10 @@ __device__ __forceinline__ float await(const std::uint64_t* slot, std::uint32_t 
 }
 
 // dst[i] = the value of src[i] once it carries `tag`, for i < n; thread t of `threads` takes
-// i = t, t + threads, ..., a batch of sixteen at a time. Each poll loads every value of the
-// batch not yet seen, all before any is looked at: one round trip per poll, however many are
+// i = t, t + threads, ..., a batch of eight at a time. Each poll loads every value of the batch
+// not yet seen, all before any is looked at: one round trip per poll, however many are
 // missing. (Polling them one after the other costs a round trip per value after the last one
-// is written: when a block waits long, the words it loaded first are all stale.) Sixteen: the
-// persistent step's longest input, hidden = 2048 values over 224 threads, is one batch (with
-// eight it was two, and the second cost a round trip after the last value was written).
+// is written: when a block waits long, the words it loaded first are all stale.)
 template <int threads>
 __device__ void await_vector(const std::uint64_t* src, int n, std::uint32_t tag, float* dst, unsigned sleep_ns) {
   constexpr int kBatch = 8;
