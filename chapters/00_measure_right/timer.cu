@@ -11,7 +11,8 @@ namespace ch00 {
 float time_work_ms(const Work& work, cudaStream_t stream, const TimerOptions& options) {
   // TODO 1 (rule 2): call work(stream) options.warmup times without timing it, then wait
   //         for it to finish, so first-call costs stay out of your samples.
-  // TODO 2 (rule 3): create two CUDA events. For each of options.samples samples:
+  // TODO 2 (rule 3): create two CUDA events, each in a guard whose destructor destroys it
+  //         (work may throw on any call). For each of options.samples samples:
   //         - if options.cold_cache, call flush_l2(stream) first (rule 5);
   //         - record the start event on `stream`, call work(stream), record the stop event
   //           on `stream`, wait for the stop event, and keep cudaEventElapsedTime.

@@ -17,6 +17,16 @@ float median(std::vector<float> v) {
   return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// A CUDA event, destroyed however the timer ends: a work that throws (a launch that failed its
+// check) on any call, warmup or timed, must not leak the timer's events.
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { WB_CUDA(cudaEventCreate(&e)); }
+  ~Event() { cudaEventDestroy(e); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
 }  // namespace
 
 float time_work_ms(const Work& work, cudaStream_t stream, const TimerOptions& options) {
@@ -28,24 +38,20 @@ float time_work_ms(const Work& work, cudaStream_t stream, const TimerOptions& op
   // Rule 3: a launch returns before the kernel runs, so a host clock around work() measures
   // the launch. Events recorded on the work's own stream are timestamped by the GPU when
   // the stream reaches them, so stop - start is the device time of everything in between.
-  cudaEvent_t start, stop;
-  WB_CUDA(cudaEventCreate(&start));
-  WB_CUDA(cudaEventCreate(&stop));
+  const Event start, stop;
   std::vector<float> samples;
   samples.reserve(options.samples);
   for (int i = 0; i < options.samples; ++i) {
     // Rule 5: flush before the start event, so the flush itself is not timed.
     if (options.cold_cache) flush_l2(stream);
-    WB_CUDA(cudaEventRecord(start, stream));
+    WB_CUDA(cudaEventRecord(start.e, stream));
     work(stream);
-    WB_CUDA(cudaEventRecord(stop, stream));
-    WB_CUDA(cudaEventSynchronize(stop));
+    WB_CUDA(cudaEventRecord(stop.e, stream));
+    WB_CUDA(cudaEventSynchronize(stop.e));
     float ms = 0;
-    WB_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    WB_CUDA(cudaEventElapsedTime(&ms, start.e, stop.e));
     samples.push_back(ms);
   }
-  WB_CUDA(cudaEventDestroy(start));
-  WB_CUDA(cudaEventDestroy(stop));
   // Rule 6: the median of many samples.
   return median(std::move(samples));
 }

@@ -655,21 +655,18 @@ TEST_CASE("reports the median of all the samples when cold_cache is on too (rule
   }
 }
 
-TEST_CASE("destroys its events when the work throws on its first call (rule: destroy what you create)") {
-  WB_REQUIRE_GPU();
-  if (!tracing_or_skip()) return;
+namespace {
+
+// A work that throws on its call number `throw_on` (1 = the first), having returned at once
+// before that: the timer must pass the exception on and leave nothing behind.
+void check_failing_work(int throw_on, const char* when) {
   TestStream stream;
-  // A work whose launch check fails throws wb::CudaError at once (WB_CHECK_LAUNCH after a launch
-  // the kernel cannot make): an autotuner times each candidate configuration, catches the error
-  // of the ones that cannot run and goes on to the next, calling the timer thousands of times.
-  // The timer must pass the error on and leave nothing behind: an event created before the
-  // warmup, and destroyed only at the end of the normal path, leaks on every such call.
   ch00::support::reset_log(stream.get());
   int calls = 0;
   const ch00::Work failing = [&](cudaStream_t) {
-    ++calls;
-    throw wb::CudaError(cudaErrorInvalidConfiguration,
-                        "test work: launch of a kernel with a configuration it cannot run (expected)");
+    if (++calls == throw_on)
+      throw wb::CudaError(cudaErrorInvalidConfiguration,
+                          "test work: launch of a kernel with a configuration it cannot run (expected)");
   };
   const ch00::TimerOptions opt{.warmup = 3, .samples = 5, .cold_cache = false};
   wb::ApiCounter counter;
@@ -683,21 +680,44 @@ TEST_CASE("destroys its events when the work throws on its first call (rule: des
   const wb::ApiCounts c = counter.counts();
   if (c.event_creates != c.event_destroys)
     FAIL("rule: destroy what you create (CUDA events), on every way out of the timer. The work threw "
-         << "an exception on its first call (a launch that failed its check); your timer had created "
+         << "an exception on " << when << " (options {warmup = 3, samples = 5}); your timer had created "
          << c.event_creates << " events by then and destroyed " << c.event_destroys << ": every call on work "
          << "that fails leaks " << c.event_creates - c.event_destroys << " of them, and an autotuner that "
-         << "skips the configurations that cannot run calls its timer thousands of times.\nhint: create the "
-            "events after the warmup (a work that fails, fails on its first call), or hold them in a small "
-            "guard whose destructor calls cudaEventDestroy, so that an exception destroys them too.");
+         << "skips the configurations that cannot run calls its timer thousands of times.\nhint: hold each "
+            "event in a small guard whose destructor calls cudaEventDestroy, so that an exception thrown "
+            "anywhere between the create and the end destroys it too (creating them after the warmup is not "
+            "enough: a work may fail on a timed call).");
   if (!threw)
-    FAIL("rule 1 (check every call): the work threw an exception on its first call (a launch that failed its "
+    FAIL("rule 1 (check every call): the work threw an exception on " << when << " (a launch that failed its "
          << "check), but your timer returned " << ms(got) << " after " << calls << " call(s) of it, a time for "
          << "work that never ran.\nhint: do not catch the work's exceptions in the timer; let them reach "
             "the caller.");
   if (c.mallocs != c.frees || c.live_device_bytes() != 0 || c.host_allocs != c.host_frees)
-    FAIL("rule: free what you allocate, on every way out of the timer. The work threw on its first call; "
-         << "your timer had made " << c.resources() << ".\nhint: allocate nothing, or free it in a guard's "
+    FAIL("rule: free what you allocate, on every way out of the timer. The work threw on " << when
+         << "; your timer had made " << c.resources() << ".\nhint: allocate nothing, or free it in a guard's "
             "destructor.");
+}
+
+}  // namespace
+
+TEST_CASE("destroys its events when the work throws on its first call (rule: destroy what you create)") {
+  WB_REQUIRE_GPU();
+  if (!tracing_or_skip()) return;
+  // A work whose launch check fails throws wb::CudaError at once (WB_CHECK_LAUNCH after a launch
+  // the kernel cannot make): an autotuner times each candidate configuration, catches the error
+  // of the ones that cannot run and goes on to the next, calling the timer thousands of times.
+  // The timer must pass the error on and leave nothing behind: an event created before the
+  // warmup, and destroyed only at the end of the normal path, leaks on every such call.
+  check_failing_work(1, "its first call");
+}
+
+TEST_CASE("destroys its events when the work throws on a timed call (rule: destroy what you create)") {
+  WB_REQUIRE_GPU();
+  if (!tracing_or_skip()) return;
+  // The same error on the sixth call: after the three warmup calls, during the third sample
+  // (work that fails intermittently, or runs out of memory as it grows). Events created after
+  // the warmup and destroyed only at the end of the normal path leak here.
+  check_failing_work(6, "its sixth call, the third timed sample");
 }
 
 // Last in this file: a timer that stores samples past the end of a fixed-size array corrupts

@@ -504,6 +504,99 @@ TEST_CASE("two PersistentMatvec objects: each owns its buffers (destroying one l
                     << "): B's release() freed buffers A was using.\nhint: " << hint);
 }
 
+// The activation buffers grow with the calls: a model's first token grows x from dim to
+// hidden_dim (at w2) and out from dim to hidden_dim (at w1) and vocab (the classifier). The
+// release test above makes its largest call first, so nothing grows there; here every call is
+// bigger than the one before, and each growth must free the smaller buffer (release() frees only
+// the current pointers: one dropped on the way is never freed).
+TEST_CASE("activation buffers that grow free the smaller ones (no leak when ensure_capacity grows)") {
+  WB_REQUIRE_GPU();
+  if (!api_counting_or_skip()) return;
+  const std::vector<Shape> growing = {{8, 16}, {48, 64}, {300, 517}, {768, 768}, {2048, 768}, {2048, 2048}};
+  std::vector<float> weights(std::size_t(2048) * 2048);
+  matvec_edges::refill(weights, "ch03/grow/weights");
+  const std::string hint =
+      "in ensure_capacity, cudaFree the old (smaller) buffer before you cudaMalloc the bigger one: release() "
+      "frees only the pointers the object holds at the end, so a buffer replaced without a free is lost.";
+  wb::ApiCounter counter;
+  {
+    ch03::PersistentMatvec p;
+    p.load(weights.data(), weights.size());
+    for (const Shape s : growing) {
+      CAPTURE(s.d);
+      CAPTURE(s.n);
+      std::vector<float> x(std::size_t(s.n));
+      matvec_edges::refill(x, "ch03/grow/x" + std::to_string(s.n) + "x" + std::to_string(s.d));
+      WB_CHECK_RESULT(check_matvec_at(p, weights, 0, s.n, s.d, x,
+                                      "PersistentMatvec::matvec of a " + std::to_string(s.d) + "x" +
+                                          std::to_string(s.n) + " W, bigger than every call before it",
+                                      hint));
+    }
+  }  // the destructor releases
+  const wb::ApiCounts c = counter.counts();
+  CHECK_MESSAGE((c.frees == c.mallocs && c.live_device_bytes() == 0),
+                "chapter 03: rule: free what you allocate, also when a buffer grows. load() of "
+                    << weights.size() << " floats, then matvecs of growing sizes (d x n: 8x16, 48x64, 300x517, "
+                       "768x768, 2048x768, 2048x2048; x and out grow on almost every call), then the destructor: "
+                    << c.resources() << "; " << c.live_device_bytes()
+                    << " device bytes are still allocated (smaller activation buffers replaced without a "
+                       "cudaFree)\nhint: " << hint);
+}
+
+// The product comes from the weights load() uploaded (the device copy), never from the host
+// array: after load() the array is the caller's, and here the caller overwrites it with other
+// finite values without a reload. A correct matvec never reads the host W, so it returns the
+// product of the loaded weights; one that computes (or "refines", or checks) the answer on the
+// host from W returns the new values' product. (The pinned-load test overwrites with NaN,
+// which a host answer checked for NaN would dodge.)
+TEST_CASE("matvec uses the loaded weights, not the host array (the host array changed after load, no reload)") {
+  WB_REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{4, 4}, {7, 13}, {64, 48}, {300, 517}};
+  std::vector<std::size_t> offsets;
+  std::size_t total = 4;
+  for (const Shape& s : shapes) {
+    offsets.push_back(total);
+    total += std::size_t(s.d) * std::size_t(s.n) + 4;
+  }
+  std::vector<float> weights(total);
+  matvec_edges::refill(weights, "ch03/host-changed/weights");
+  const std::vector<float> loaded = weights;  // what load() uploads
+  ch03::PersistentMatvec p;
+  p.load(weights.data(), weights.size());
+  matvec_edges::refill(weights, "ch03/host-changed/new-weights");  // the caller's array again: new values
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Shape s = shapes[i];
+    CAPTURE(s.d);
+    CAPTURE(s.n);
+    const std::vector<float> x = matvec_edges::signed_values(std::size_t(s.n), "ch03/host-changed/x" + std::to_string(i));
+    std::vector<float> out(std::size_t(s.d), std::numeric_limits<float>::quiet_NaN());
+    p.matvec(out.data(), x.data(), weights.data() + offsets[i], s.n, s.d);
+    const std::size_t w_count = std::size_t(s.d) * std::size_t(s.n);
+    const std::string what = "PersistentMatvec::matvec(out, x, W, " + std::to_string(s.n) + ", " +
+                             std::to_string(s.d) + ") of the " + std::to_string(s.d) + "x" + std::to_string(s.n) +
+                             " matrix at offset " + std::to_string(offsets[i]) +
+                             ", after the caller overwrote the loaded host array with other values (no reload)";
+    const wb::CompareResult r = wb::compare(
+        out, wb::model::matvec_reference({loaded.data() + offsets[i], w_count}, x, s.n, s.d),
+        {.chapter = "03", .what = what, .shape = {std::size_t(s.d)}, .tol = wb::model::matvec_tolerance(s.n),
+         .hint = "the matrix is on the device since load(): launch_matvec(d_y_, d_x_, d_weights_ + offset, n, d, "
+                 "...) and copy its d floats back, nothing else."});
+    if (r.ok) continue;
+    const bool host_product =
+        wb::compare(out, wb::model::matvec_reference({weights.data() + offsets[i], w_count}, x, s.n, s.d),
+                    {.chapter = "03", .what = what, .shape = {std::size_t(s.d)}, .tol = wb::model::matvec_tolerance(s.n)})
+            .ok;
+    FAIL("chapter 03: rule: the product comes from the resident weights (what load() uploaded), not from the "
+         "host array. "
+         << (host_product ? "out is the product of the host array's NEW values: matvec read the host W. "
+                          : "out is not the product of the loaded weights. ")
+         << r.message
+         << "\nhint: matvec copies only x up and out down; it must not read the host W at all (no host matvec "
+            "for small matrices, no host check or refinement of the device's answer): the weights that count "
+            "are the ones load() was given, until the next load().");
+  }
+}
+
 TEST_CASE("end to end: stories260K generates llama2.c's text through PersistentMatvec") {
   WB_REQUIRE_GPU();
   std::string why;

@@ -1571,6 +1571,59 @@ void expect_invalid_argument(Step step, const std::function<void()>& call,
                         "step's own checks (max_rows, step 3's limits, the workspace).");
 }
 
+// Step 3's refusal of a nucleus longer than its candidates is found after the copy, row by
+// row; the header says the rows are checked before any token is written. Three rows of
+// `vocab` (> kMaxCandidates): rows 0 and 2 put all but 2e-6 of their mass on one token (a
+// nucleus of 1), row 1 is flat (a top_p = 0.9 nucleus of 0.9 x vocab tokens). The call must
+// throw and leave every row's token and confidence as they were, row 0's and row 2's included.
+void refusal_writes_no_token(Step step, int vocab, SamplingParams params) {
+  params.top_k = 0;
+  params.top_p = 0.9f;
+  const int rows = 3;
+  const int planted[rows] = {7, -1, vocab - 3};  // row 1: none, every logit 0
+  std::vector<float> logits(static_cast<std::size_t>(rows) * vocab, 0.0f);
+  for (int r = 0; r < rows; ++r)
+    if (planted[r] >= 0) logits[static_cast<std::size_t>(r) * vocab + planted[r]] = 20.0f;
+  Runner runner(step, logits, rows, vocab);
+  constexpr float kUnwritten = -3.25f;  // no confidence is negative
+  std::vector<int> tokens(rows, ch07::testing::kPoisonToken);
+  std::vector<float> confidence(rows, kUnwritten);
+  const std::string head = failure_head(step, "a nucleus longer than kMaxCandidates in row 1 only",
+                                        rows, vocab, params);
+  try {
+    runner.call_raw(runner.logits_for_call(), rows, params, tokens.data(), confidence.data());
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    for (int r = 0; r < rows; ++r) {
+      if (tokens[r] == ch07::testing::kPoisonToken &&
+          std::memcmp(&confidence[r], &kUnwritten, sizeof(float)) == 0)
+        continue;
+      FAIL_CHECK(head << "sample() threw std::invalid_argument (right: row 1, a flat row, needs "
+                      << static_cast<int>(0.9 * vocab) << " tokens for its nucleus), but row " << r
+                      << " had already been written: token " << tokens[r] << ", confidence "
+                      << confidence[r] << " (" << (planted[r] >= 0 ? "a good row" : "the refused row")
+                      << "; the caller's arrays held " << ch07::testing::kPoisonToken << " and "
+                      << kUnwritten << ").\nrule 6 (the header, step 3): a nucleus longer than "
+                         "kMaxCandidates is found after the copy, and the rows are checked before "
+                         "any token is written: a call that throws writes nothing.\nhint: check "
+                         "every row's nucleus in a loop of its own, then sample the rows in a second "
+                         "loop.");
+      return;
+    }
+    return;
+  } catch (const std::exception& e) {
+    FAIL_CHECK(head << "rule 6: expected std::invalid_argument, got another exception: "
+                    << e.what());
+    return;
+  }
+  FAIL_CHECK(head << "rule 6: expected std::invalid_argument naming the nucleus (row 1, a flat "
+                     "row, needs " << static_cast<int>(0.9 * vocab) << " tokens for its nucleus, "
+                     "more than kMaxCandidates), nothing was thrown (tokens " << tokens[0] << ", "
+                  << tokens[1] << ", " << tokens[2] << ").\nhint: with top_k off, check that every "
+                     "row's nucleus ends among its candidates before sampling any row.");
+}
+
 void bad_arguments(Step step) {
   const int vocab = 2000, rows = 4;
   std::mt19937_64 rng = wb::rng_for("ch07/bad-arguments");
@@ -1660,6 +1713,7 @@ void bad_arguments(Step step) {
                               "top_p", "top_k and top_p off, vocab 2000 > kMaxCandidates");
       expect_invalid_argument(step, call_all(with([](auto& p) { p.top_k = 0; p.top_p = 0.99f; })),
                               "nucleus", "a flat row whose top_p = 0.99 nucleus is ~1900 tokens");
+      refusal_writes_no_token(step, vocab, good);
       break;
     }
   }
@@ -1708,6 +1762,20 @@ void bytes_to_host(Step step) {
                                           "and 4-byte id per entry" : "kMaxCandidates candidates "
                                           "of 8 bytes")
                      << ", plus the row's uniform).\nhint: copy only what the CPU half reads.");
+  // A call of fewer rows than max_rows (a decoder's last block, or a batch that shrinks):
+  // d2h_bytes_per_row() is per row OF THE CALL, so 4 rows copy 4 rows' worth, not max_rows'.
+  const int fewer = 4;
+  const Draws f = runner.run(params, fewer);
+  CHECK_MESSAGE(f.counts.bytes_d2h == declared * fewer,
+                failure_head(step, "bytes copied to the host by a call of 4 rows (max_rows 16)",
+                             fewer, vocab, params)
+                    << "sample(rows = " << fewer << ") on an object built for max_rows = " << rows
+                    << " copied " << f.counts.bytes_d2h << " bytes device-to-host ("
+                    << static_cast<double>(f.counts.bytes_d2h) / fewer
+                    << " a row of the call), but d2h_bytes_per_row() says " << declared
+                    << ".\nrule: a call copies what ITS rows need (chapter 02: the buffers are sized "
+                       "for max_rows once; each call uses the first `rows` of them).\nhint: size every "
+                       "cudaMemcpyAsync by the call's rows, not by max_rows.");
 }
 
 void rule7_no_sync_alloc_copy(Runner& runner, const SamplingParams& params) {

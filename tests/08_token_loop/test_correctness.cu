@@ -147,13 +147,29 @@ std::string rope_diagnosis(std::span<const float> got, std::span<const float> x,
   return "";
 }
 
-// offset > 0: q, k, v and the caches are views that start `offset` floats into their buffers.
-void check_rope(const RopeCase& c, bool at_end, std::size_t offset = 0) {
+// Views: how many floats into its buffer each array starts (0: the buffer's own, 256-byte
+// aligned start; 1: 4 bytes past an 8- and a 16-byte boundary).
+struct RopeViews {
+  std::size_t q = 0, k = 0, v = 0, key_cache = 0, value_cache = 0;
+  static RopeViews all(std::size_t offset) { return {offset, offset, offset, offset, offset}; }
+  bool same() const { return q == k && k == v && v == key_cache && key_cache == value_cache; }
+  // "" for no view; the all-equal wording is the one the first view test was written with.
+  std::string describe() const {
+    if (same()) return q ? " (q, k, v and the caches each " + std::to_string(q) + " float(s) into their buffers)" : "";
+    std::string text;
+    for (const auto& [name, o] : {std::pair<const char*, std::size_t>{"q", q}, {"k", k}, {"v", v},
+                                  {"key_cache", key_cache}, {"value_cache", value_cache}})
+      if (o) text += std::string(text.empty() ? "" : ", ") + name + " " + std::to_string(o) + " float(s) into its buffer";
+    return " (" + text + ", the other arrays at their buffers' aligned start)";
+  }
+};
+
+// Views (RopeViews) make q, k, v and the caches start some floats into their buffers.
+void check_rope(const RopeCase& c, bool at_end, const RopeViews& views = {}) {
   const int dim = c.n_heads * c.head_size, kv_dim = c.n_kv_heads * c.head_size;
   const std::size_t cache_n = std::size_t(c.seq_len) * kv_dim;
   const std::size_t row = std::size_t(c.pos) * kv_dim;
-  const std::string view = offset ? " (q, k, v and the caches each " + std::to_string(offset) +
-                                        " float(s) into their buffers)" : "";
+  const std::string view = views.describe();
   const std::string what = "ch08 rope_and_append, " + describe(c) +
                            (at_end ? " (arrays at the end of their allocations)" : "") + view + ", " +
                            seed_text();
@@ -170,8 +186,8 @@ void check_rope(const RopeCase& c, bool at_end, std::size_t offset = 0) {
   std::vector<float> q_got, key_got, val_got;
   std::vector<std::string> rule_breaks;
   try {
-    DevArray q_buf(q, at_end, offset), k_buf(k, at_end, offset), v_buf(v, at_end, offset),
-        kc(key0, at_end, offset), vc(val0, at_end, offset);
+    DevArray q_buf(q, at_end, views.q), k_buf(k, at_end, views.k), v_buf(v, at_end, views.v),
+        kc(key0, at_end, views.key_cache), vc(val0, at_end, views.value_cache);
     wb::DeviceBuffer<int> pos_buf(1);
     pos_buf.upload(std::span<const int>(&c.pos, 1));
     Stream stream;
@@ -353,23 +369,52 @@ ref::AttentionProblem make_attention(const AttCase& c, const std::string& label)
   return p;
 }
 
+// Views: how many floats into its buffer each array starts (0: the buffer's own, 256-byte
+// aligned start; 1: 4 bytes past a 16-byte boundary).
+struct AttViews {
+  std::size_t q = 0, key_cache = 0, value_cache = 0, out = 0, scores = 0;
+  static AttViews q_and_caches(std::size_t offset) { return {offset, offset, offset, 0, 0}; }
+  bool any() const { return q || key_cache || value_cache || out || scores; }
+  bool q_and_caches_only() const { return q == key_cache && key_cache == value_cache && !out && !scores; }
+  // The rng label's suffix and the description; the q-and-caches wording is the one the first
+  // view test was written with.
+  std::string label() const {
+    if (!any()) return "";
+    if (q_and_caches_only()) return "/view";
+    return "/view-" + std::to_string(q) + std::to_string(key_cache) + std::to_string(value_cache) +
+           std::to_string(out) + std::to_string(scores);
+  }
+  std::string describe() const {
+    if (!any()) return "";
+    if (q_and_caches_only()) return " (q and the caches each one float past a 16-byte boundary)";
+    std::string text;
+    for (const auto& [name, o] : {std::pair<const char*, std::size_t>{"q", q}, {"key_cache", key_cache},
+                                  {"value_cache", value_cache}, {"out", out}, {"scores", scores}})
+      if (o) text += std::string(text.empty() ? "" : ", ") + name + " " + std::to_string(o) + " float(s) into its buffer";
+    return " (" + text + ", the other arrays at their buffers' 256-byte aligned start)";
+  }
+};
+
 // Runs ch08::attention on p and returns out. Checks the guard bands, the read-only inputs and
 // *pos.
 std::vector<float> run_attention(const ref::AttentionProblem& p, bool at_end,
-                                 const std::string& what, bool* failed_at_end, std::size_t offset = 0) {
+                                 const std::string& what, bool* failed_at_end, const AttViews& views = {}) {
   const std::size_t out_n = std::size_t(p.n_heads) * p.head_size;
-  DevArray q(p.q, at_end, offset), kc(p.key_cache, at_end, offset), vc(p.value_cache, at_end, offset);
-  wb::GuardedBuffer<float> out(out_n), scores(std::size_t(p.n_heads) * p.seq_len);
+  DevArray q(p.q, at_end, views.q), kc(p.key_cache, at_end, views.key_cache),
+      vc(p.value_cache, at_end, views.value_cache);
+  // out and scores start views.out / views.scores floats into their guarded buffers.
+  wb::GuardedBuffer<float> out(out_n + views.out), scores(std::size_t(p.n_heads) * p.seq_len + views.scores);
   wb::DeviceBuffer<int> pos_buf(1);
   pos_buf.upload(std::span<const int>(&p.pos, 1));
   Stream stream;
   std::vector<float> got;
   try {
     wb::testing::poison_shared_memory(stream.s);  // a shared read before its write gets 0xFF bytes
-    ch08::attention(out.data(), q.data(), kc.data(), vc.data(), scores.data(), p.n_heads,
-                    p.n_kv_heads, p.head_size, p.seq_len, pos_buf.data(), stream.s);
+    ch08::attention(out.data() + views.out, q.data(), kc.data(), vc.data(), scores.data() + views.scores,
+                    p.n_heads, p.n_kv_heads, p.head_size, p.seq_len, pos_buf.data(), stream.s);
     WB_CUDA(cudaStreamSynchronize(stream.s));
     got = out.download();
+    got.erase(got.begin(), got.begin() + std::ptrdiff_t(views.out));
   } catch (const wb::CudaError& e) {
     if (!at_end) throw;
     fail_at_end(what, e);
@@ -410,20 +455,22 @@ const char* kAttentionHint =
 constexpr wb::Tolerance kAttTol{2e-5, 1e-4};
 constexpr wb::Tolerance kAttLargeTol{2e-3, 1e-3};
 
-// offset > 0: q and the caches are views that start `offset` floats into their buffers (offset 1:
-// 4 bytes past a 16-byte boundary).
-void check_attention(const AttCase& c, bool at_end = false, std::size_t offset = 0) {
+// The rng label of a case: the same case, the same inputs (for a given WB_SEED).
+std::string attention_label(const AttCase& c, bool at_end, const AttViews& views) {
+  return "ch08/attention/" + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + "/" +
+         std::to_string(c.head_size) + "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
+         (c.q_scale > 1.0f ? "/large" : "") + (c.key_mean != 0.0f ? "/negative" : "") +
+         (c.neg_span > 0.0f ? "/negative-spread" : "") + (c.ramp > 0.0f ? "/ramp" : "") +
+         (at_end ? "/at-end" : "") + views.label();
+}
+
+// views: q, the caches, out and scores may start some floats into their buffers (AttViews).
+void check_attention(const AttCase& c, bool at_end = false, const AttViews& views = {}) {
   const bool negative = c.key_mean != 0.0f;
   const bool spread = c.neg_span > 0.0f;
   const bool ramp = c.ramp > 0.0f;
   const bool large = c.q_scale > 1.0f || negative || spread || ramp;
-  const ref::AttentionProblem p =
-      make_attention(c, "ch08/attention/" + std::to_string(c.n_heads) + "/" +
-                            std::to_string(c.n_kv_heads) + "/" + std::to_string(c.head_size) +
-                            "/" + std::to_string(c.seq_len) + "/" + std::to_string(c.pos) +
-                            (c.q_scale > 1.0f ? "/large" : "") + (negative ? "/negative" : "") +
-                            (spread ? "/negative-spread" : "") + (ramp ? "/ramp" : "") +
-                            (at_end ? "/at-end" : "") + (offset ? "/view" : ""));
+  const ref::AttentionProblem p = make_attention(c, attention_label(c, at_end, views));
   const std::string what =
       "ch08 attention, " + ref::describe(p) +
       (c.q_scale > 1.0f ? " (scores ~ N(0, " + std::to_string(int(c.q_scale)) + "))" : "") +
@@ -438,9 +485,9 @@ void check_attention(const AttCase& c, bool at_end = false, std::size_t offset =
                   ", at t = *pos, hundreds above those of the first 256 positions)"
             : "") +
       (at_end ? " (arrays at the end of their allocations)" : "") +
-      (offset ? " (q and the caches each one float past a 16-byte boundary)" : "") + ", " + seed_text();
+      views.describe() + ", " + seed_text();
   bool failed = false;
-  const std::vector<float> got = run_attention(p, at_end, what, &failed, offset);
+  const std::vector<float> got = run_attention(p, at_end, what, &failed, views);
   if (failed) return;
   const wb::Tolerance tol = large ? kAttLargeTol : kAttTol;
   const std::size_t hs = std::size_t(c.head_size);
@@ -458,7 +505,7 @@ void check_attention(const AttCase& c, bool at_end = false, std::size_t offset =
     std::fill(clean.key_cache.begin() + from, clean.key_cache.end(), 0.0f);
     std::fill(clean.value_cache.begin() + from, clean.value_cache.end(), 0.0f);
     const std::vector<float> got_clean =
-        run_attention(clean, at_end, what + " (rows past *pos zeroed)", &failed, offset);
+        run_attention(clean, at_end, what + " (rows past *pos zeroed)", &failed, views);
     if (failed) return;
     const std::vector<double> clean_d(got_clean.begin(), got_clean.end());
     const std::string differ = ref::mismatches(
@@ -685,8 +732,14 @@ TEST_CASE("attention with every array ending where its allocation ends") {
 // result (e.g. -100 / (1 + e^100) ~ -4e-42) is a subnormal or 0 in float.
 constexpr wb::Tolerance kSwigluTol{1e-30, 1e-5};
 
+// Views: how many floats into its buffer each array starts (1: 4 bytes past a 16-byte
+// boundary). In place, out is gate (and its view).
+struct SwigluViews {
+  std::size_t gate = 0, up = 0, out = 0;
+};
+
 void check_swiglu(const std::vector<float>& gate, const std::vector<float>& up, bool in_place,
-                  bool at_end, const std::string& label) {
+                  bool at_end, const std::string& label, const SwigluViews& views = {}) {
   const int n = static_cast<int>(gate.size());
   const std::string what = "ch08 swiglu, n = " + std::to_string(n) + ", " +
                            (in_place ? "in place (out == gate)" : "out of place") +
@@ -695,14 +748,19 @@ void check_swiglu(const std::vector<float>& gate, const std::vector<float>& up, 
                            seed_text();
   std::vector<float> got;
   try {
-    DevArray gate_buf(gate, at_end), up_buf(up, at_end);
+    DevArray gate_buf(gate, at_end, views.gate), up_buf(up, at_end, views.up);
     std::unique_ptr<wb::GuardedBuffer<float>> out_buf;
-    if (!in_place) out_buf = std::make_unique<wb::GuardedBuffer<float>>(gate.size());
-    float* out = in_place ? gate_buf.data() : out_buf->data();
+    if (!in_place) out_buf = std::make_unique<wb::GuardedBuffer<float>>(gate.size() + views.out);
+    float* out = in_place ? gate_buf.data() : out_buf->data() + views.out;
     Stream stream;
     ch08::swiglu(out, gate_buf.data(), up_buf.data(), n, stream.s);
     WB_CUDA(cudaStreamSynchronize(stream.s));
-    got = in_place ? gate_buf.download() : out_buf->download();
+    if (in_place) {
+      got = gate_buf.download();
+    } else {
+      got = out_buf->download();
+      got.erase(got.begin(), got.begin() + std::ptrdiff_t(views.out));
+    }
     std::vector<std::pair<std::string, std::string>> breaks = {
         {up_buf.overrun("up"), "inputs are read-only"},
         {up_buf.change("up"), "inputs are read-only"},
@@ -739,6 +797,25 @@ void check_swiglu(const std::vector<float>& gate, const std::vector<float>& up, 
     if (gate[i] == -kInf && std::isfinite(up[i]) && std::isnan(got[i]))
       diagnosis = "out[" + std::to_string(i) + "] is NaN for a gate of -inf: silu(-inf) = 0, but "
                   "-inf * sigmoid(-inf) = -inf * 0 = NaN in float; special-case it. ";
+  if (diagnosis.empty()) {
+    // Right up to some index F, wrong at every index from F on: the launch covered F elements.
+    const auto right = [&](std::size_t i) {
+      return double(got[i]) == expected[i] || std::fabs(double(got[i]) - expected[i]) <= allowed(i) ||
+             (std::isnan(expected[i]) && std::isnan(got[i]));
+    };
+    std::size_t first_bad = 0;
+    while (first_bad < got.size() && right(first_bad)) ++first_bad;
+    bool all_bad_after = first_bad > 0 && first_bad < got.size();
+    for (std::size_t i = first_bad; i < got.size() && all_bad_after; ++i) all_bad_after = !right(i);
+    if (all_bad_after && first_bad >= 1024)
+      diagnosis = "out[0 .. " + std::to_string(first_bad - 1) + "] are right and every element from out[" +
+                  std::to_string(first_bad) + "] on is wrong: the launch covered only the first " +
+                  std::to_string(first_bad) + " elements (" + std::to_string(first_bad) +
+                  " = blocks x threads of a capped grid?). rule: every i < n is computed, whatever n (the "
+                  "header allows any int n). A grid capped at some number of blocks needs a grid-stride loop "
+                  "(for i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x), in "
+                  "size_t. ";
+  }
   for (std::size_t i = 0; i < gate.size() && diagnosis.empty(); ++i)
     if (std::isfinite(gate[i]) && std::isfinite(up[i]) && std::isnan(got[i]) && gate[i] < -80)
       diagnosis = "out[" + std::to_string(i) + "] is NaN for a gate of " + std::to_string(gate[i]) +
@@ -793,6 +870,22 @@ TEST_CASE("SwiGLU with the inputs ending where their allocations end") {
       check_swiglu(wb::random_normal(std::size_t(n), 0.0f, 3.0f, rng),
                    wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng), in_place, true, "");
     }
+}
+
+// The header allows any int n. A launch that caps its grid (at 2^16 blocks of 256 threads, say)
+// covers 2^24 elements with one element per thread, exactly the largest n above: past it,
+// only a grid-stride loop reaches the rest. 2^24 + 1001 elements, 67 MB per array.
+TEST_CASE("SwiGLU past 2^24 elements (n = 2^24 + 1001): a capped grid must loop") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: 2^24 + 1001 elements are left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  constexpr int n = (1 << 24) + 1001;
+  auto rng = wb::rng_for("ch08/swiglu/past-2^24");
+  const std::vector<float> gate = wb::random_normal(std::size_t(n), 0.0f, 3.0f, rng);
+  const std::vector<float> up = wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng);
+  check_swiglu(gate, up, /*in_place=*/false, false, "past 2^24 elements");
 }
 
 // ========================= bad arguments ===================================================
@@ -1091,6 +1184,84 @@ TEST_CASE("attention captured in a CUDA graph at the 110M model's shape, replaye
   }
 }
 
+// The two graphs above hold scores ~ N(0, 1), where exp(s) never leaves float's range: a softmax
+// that skipped its max subtraction only while the stream is being captured (the overflow and
+// underflow tests above call attention directly) would pass them, and the graph's model decodes
+// the same. Here attention is captured on the problems of those tests (the same rng labels: the
+// same inputs the direct calls got) and replayed at their *pos, against the double reference.
+TEST_CASE("attention captured in a CUDA graph with scores far above and far below zero: the graph subtracts the max too") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch, which a graph capture forbids");
+    return;
+  }
+  struct Extreme {
+    AttCase c;
+    const char* scores;
+  };
+  const Extreme cases[] = {
+      {{8, 2, 64, 512, 511, 50.0f}, "scores ~ N(0, 50), up to ~150: exp(s) overflows past 88"},
+      {{4, 2, 64, 128, 127, 1.0f, 4.0f}, "every score near -128: exp(s) is 0 for every one of them"},
+      {{8, 4, 8, 512, 511, 1.0f, 0.0f, 0.0f, 0.7f}, "scores rising along the row to ~350 at t = *pos"}};
+  for (const Extreme& e : cases) {
+    const AttCase& c = e.c;
+    const ref::AttentionProblem p = make_attention(c, attention_label(c, false, {}));
+    const std::string what = "ch08 attention in a CUDA graph, " + ref::describe(p) + " (" + e.scores + "), " +
+                             seed_text();
+    wb::DeviceBuffer<float> q(p.q.size()), kc(p.key_cache.size()), vc(p.value_cache.size()), out(p.q.size()),
+        scores(std::size_t(p.n_heads) * p.seq_len);
+    wb::DeviceBuffer<int> pos(1);
+    q.upload(p.q);
+    kc.upload(p.key_cache);
+    vc.upload(p.value_cache);
+    pos.upload(std::span<const int>(&p.pos, 1));
+    Stream stream;
+    const auto call = [&](float* result) {
+      ch08::attention(result, q.data(), kc.data(), vc.data(), scores.data(), p.n_heads, p.n_kv_heads, p.head_size,
+                      p.seq_len, pos.data(), stream.s);
+    };
+    std::optional<wb::testing::CapturedGraph> graph;
+    try {
+      graph.emplace(stream.s, [&](cudaStream_t) { call(out.data()); });
+    } catch (const wb::CudaError& err) {
+      FAIL_CHECK(what << ": rule: the calls enqueue on `stream` without synchronizing, allocating or copying. The "
+                         "graph capture failed (" << err.what() << ").\nhint: no synchronize, allocation or copy "
+                         "inside attention; launch on the stream you are given.");
+      return;
+    }
+    WB_CUDA(cudaMemsetAsync(out.data(), 0xFF, out.size() * sizeof(float), stream.s));  // NaN: the replay writes it all
+    graph->replay(stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    const std::vector<float> got = out.download();
+    const std::vector<double> expected = ref::attention(p);
+    const auto allowed = [&](std::size_t i) { return kAttLargeTol.atol + kAttLargeTol.rtol * std::fabs(expected[i]); };
+    const std::size_t hs = std::size_t(p.head_size);
+    const std::string bad = ref::mismatches(got, expected, allowed, [hs](std::size_t i) {
+      return "out[" + std::to_string(i) + "] (head " + std::to_string(i / hs) + ", element " + std::to_string(i % hs) +
+             ")";
+    });
+    if (bad.empty()) continue;
+    bool non_finite = false;
+    for (const float f : got) non_finite |= !std::isfinite(f);
+    wb::DeviceBuffer<float> direct(p.q.size());
+    call(direct.data());
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    const bool direct_right = ref::matches(direct.download(), expected, allowed);
+    FAIL_CHECK(what << ": rule: a captured call computes what the same call computes directly, whatever the "
+                       "scores: the softmax subtracts each row's max in the graph too. Captured once, replayed at "
+                       "*pos = " << p.pos << ": " << (non_finite ? "the output has NaN/inf where the reference is "
+                                                                  "finite (exp overflowed or every exp underflowed). "
+                                                                : "")
+                    << bad
+                    << (direct_right ? ". The same call made directly (not captured) gives the right result: the "
+                                       "kernels, or their arguments, depend on whether the stream is being captured"
+                                     : "")
+                    << ".\nhint: enqueue the same kernels with the same arguments whether or not the stream is "
+                       "being captured (nothing that depends on cudaStreamIsCapturing); m = the max over t = 0 .. "
+                       "*pos first, then exp(s_t - m), the sum and the division, in the graph as in a direct call.");
+  }
+}
+
 // The kernel nodes of a captured graph, child graphs included.
 std::size_t kernel_nodes(cudaGraph_t graph) {
   std::size_t n = 0;
@@ -1202,7 +1373,7 @@ TEST_CASE("rule: a direct call launches the kernels its capture records (counted
   }
 }
 
-// The last six cases can end in a sticky CUDA error (a misaligned access, a read far outside
+// The cases from here on can end in a sticky CUDA error (a misaligned access, a read far outside
 // an array) that fails every later test of this process: they come after the others.
 
 // token_loop.cuh asks for device pointers, not aligned ones: a pair (x[i], x[i+1]), i even, is
@@ -1211,7 +1382,7 @@ TEST_CASE("RoPE + append of views: q, k, v and the caches each 4 bytes past an 8
   WB_REQUIRE_GPU();
   const RopeCase c{6, 2, 48, 64, 30};
   try {
-    check_rope(c, /*at_end=*/false, /*offset=*/1);
+    check_rope(c, /*at_end=*/false, RopeViews::all(1));
   } catch (const wb::NotImplemented&) {
     throw;
   } catch (const wb::CudaError& e) {
@@ -1232,7 +1403,7 @@ TEST_CASE("attention of views: q and the caches each 4 bytes past a 16-byte boun
   WB_REQUIRE_GPU();
   const AttCase c{6, 2, 48, 64, 30};
   try {
-    check_attention(c, /*at_end=*/false, /*offset=*/1);
+    check_attention(c, /*at_end=*/false, AttViews::q_and_caches(1));
   } catch (const wb::NotImplemented&) {
     throw;
   } catch (const wb::CudaError& e) {
@@ -1243,6 +1414,100 @@ TEST_CASE("attention of views: q and the caches each 4 bytes past a 16-byte boun
                   "a head's row is 16-byte aligned only when its array is, whatever head_size is: check the "
                   "pointers on the host (reinterpret_cast<uintptr_t>(p) % 16 == 0 for q, both caches and out) and "
                   "take a scalar path when one is not.");
+  }
+}
+
+// The two view tests above move every array together, so a kernel that checks one pointer's
+// alignment (q's, say) takes its scalar path there whatever it forgets about the others. Here
+// one array at a time starts one float into its buffer (4 bytes past an 8- and a 16-byte
+// boundary), the others at their buffers' aligned start: each pointer a kernel vectorizes
+// must be checked on its own. A failing call ends in a sticky error: the case stops there.
+TEST_CASE("RoPE + append of views, one array at a time: only q, k, v, key_cache or value_cache 4 bytes past an 8-byte boundary") {
+  WB_REQUIRE_GPU();
+  const RopeCase c{6, 2, 48, 64, 30};
+  const std::pair<const char*, RopeViews> views[] = {{"q", {1, 0, 0, 0, 0}},
+                                                     {"k", {0, 1, 0, 0, 0}},
+                                                     {"v", {0, 0, 1, 0, 0}},
+                                                     {"key_cache", {0, 0, 0, 1, 0}},
+                                                     {"value_cache", {0, 0, 0, 0, 1}}};
+  for (const auto& [name, view] : views) {
+    try {
+      check_rope(c, /*at_end=*/false, view);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const wb::CudaError& e) {
+      FAIL_CHECK("ch08 rope_and_append, " << describe(c) << ", only " << name << " one float past an 8-byte "
+                 << "boundary (the other four arrays 8-byte aligned), " << seed_text() << ": rule: any float "
+                 << "pointer is valid, each one on its own (the header asks for device pointers, not aligned ones). "
+                 << "The call failed (" << first_line(e) << ").\nhint: a float2 path must check every pointer it "
+                    "reads or writes through a float2, the caches too: row *pos of a cache is 8-byte aligned exactly "
+                    "when the cache is (kv_dim is even). Check q, k, v, key_cache and value_cache on the host "
+                    "(reinterpret_cast<uintptr_t>(p) % 8 == 0) and take the scalar path when any one is not.");
+      return;
+    }
+  }
+}
+
+TEST_CASE("attention of views, one array at a time: only q, key_cache, value_cache, out or scores 4 bytes past a 16-byte boundary") {
+  WB_REQUIRE_GPU();
+  const AttCase c{6, 2, 48, 64, 30};  // head_size 48: a float4 path would take these heads
+  const std::pair<const char*, AttViews> views[] = {{"q", {1, 0, 0, 0, 0}},
+                                                    {"key_cache", {0, 1, 0, 0, 0}},
+                                                    {"value_cache", {0, 0, 1, 0, 0}},
+                                                    {"out", {0, 0, 0, 1, 0}},
+                                                    {"scores", {0, 0, 0, 0, 1}}};
+  for (const auto& [name, view] : views) {
+    try {
+      check_attention(c, /*at_end=*/false, view);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const wb::CudaError& e) {
+      FAIL_CHECK("ch08 attention, 6 heads / 2 KV heads x head_size 48, seq_len 64, *pos = 30, only " << name
+                 << " one float past a 16-byte boundary (the other arrays 256-byte aligned), " << seed_text()
+                 << ": rule: any float pointer is valid, each one on its own (the header asks for device pointers, "
+                    "not aligned ones). The call failed (" << first_line(e) << ").\nhint: check the alignment of "
+                    "EVERY pointer you load or store through a float4 (q, key_cache, value_cache, out, and scores "
+                    "if you vectorize it), not one of them: reinterpret_cast<uintptr_t>(p) % 16 == 0 for each, and "
+                    "the scalar path when any one is not.");
+      return;
+    }
+  }
+}
+
+// SwiGLU's other tests use n a multiple of 4 only with aligned arrays, and their views at the
+// end of memory have odd n: a float4 path taken whenever n % 4 == 0, without a look at the
+// pointers, passes them. Here n = 4096, with one array at a time one float into its buffer.
+TEST_CASE("SwiGLU of views, one array at a time: gate, up or out 4 bytes past a 16-byte boundary (n = 4096)") {
+  WB_REQUIRE_GPU();
+  constexpr int n = 4096;
+  struct View {
+    const char* name;
+    SwigluViews view;
+    bool in_place;
+  };
+  const View views[] = {{"gate", {1, 0, 0}, false},
+                        {"up", {0, 1, 0}, false},
+                        {"out", {0, 0, 1}, false},
+                        {"gate (= out, in place)", {1, 0, 0}, true}};
+  for (const View& v : views) {
+    auto rng = wb::rng_for(std::string("ch08/swiglu/view/") + v.name);
+    const std::vector<float> gate = wb::random_normal(std::size_t(n), 0.0f, 3.0f, rng);
+    const std::vector<float> up = wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng);
+    try {
+      check_swiglu(gate, up, v.in_place, false, std::string("only ") + v.name + " one float past a 16-byte boundary",
+                   v.view);
+    } catch (const wb::NotImplemented&) {
+      throw;
+    } catch (const wb::CudaError& e) {
+      FAIL_CHECK("ch08 swiglu, n = " << n << ", " << (v.in_place ? "in place" : "out of place") << ", only " << v.name
+                 << " one float past a 16-byte boundary (the other arrays 256-byte aligned), " << seed_text()
+                 << ": rule: any float pointer is valid, each one on its own (the header asks for device pointers, "
+                    "not aligned ones); n % 4 == 0 says nothing about where the arrays start. The call failed ("
+                 << first_line(e) << ").\nhint: take the float4 path only when out, gate AND up are 16-byte aligned "
+                    "(reinterpret_cast<uintptr_t>(p) % 16 == 0 for each, checked on the host), a scalar "
+                    "grid-stride loop otherwise.");
+      return;
+    }
   }
 }
 

@@ -9,19 +9,24 @@
 namespace ch00 {
 namespace {
 
+// A blocking-sync event, destroyed however the sample ends (the work may throw).
+struct BlockingEvent {
+  cudaEvent_t e = nullptr;
+  BlockingEvent() { WB_CUDA(cudaEventCreateWithFlags(&e, cudaEventBlockingSync)); }
+  ~BlockingEvent() { cudaEventDestroy(e); }
+  BlockingEvent(const BlockingEvent&) = delete;
+  BlockingEvent& operator=(const BlockingEvent&) = delete;
+};
+
 float one_sample_ms(const Work& work, cudaStream_t stream, bool cold) {
   if (cold) flush_l2(stream);
-  cudaEvent_t start, stop;
-  WB_CUDA(cudaEventCreateWithFlags(&start, cudaEventBlockingSync));
-  WB_CUDA(cudaEventCreateWithFlags(&stop, cudaEventBlockingSync));
-  WB_CUDA(cudaEventRecord(start, stream));
+  const BlockingEvent start, stop;
+  WB_CUDA(cudaEventRecord(start.e, stream));
   work(stream);
-  WB_CUDA(cudaEventRecord(stop, stream));
-  WB_CUDA(cudaEventSynchronize(stop));
+  WB_CUDA(cudaEventRecord(stop.e, stream));
+  WB_CUDA(cudaEventSynchronize(stop.e));
   float ms = 0;
-  WB_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  WB_CUDA(cudaEventDestroy(start));
-  WB_CUDA(cudaEventDestroy(stop));
+  WB_CUDA(cudaEventElapsedTime(&ms, start.e, stop.e));
   return ms;
 }
 
