@@ -872,6 +872,57 @@ TEST_CASE("fused GELU past 2^32 elements (32-bit indices, the tail)") {
               "store to y[0 ..] and the last elements are never written.");
 }
 
+// The unfused chain past 2^31 and 2^32 elements: x, y and a scratch of 2n floats (32 GiB at
+// 2^31 + 3, 64 GiB at 2^32 + 3). The case above 2^30 stops at 2^30 + 4099, where an int index
+// still holds every element, and the fused cases do not run gelu_unfused's kernels. With n % 4
+// = 3, t1 = scratch + n is not 16-byte aligned, so every op that touches t1 takes the scalar
+// path even with x and y aligned (and with x + 1, every op does); at 2^32 + 3 the float4 ops'
+// tail (the last 3 elements) lies past 2^32. An int index (blockIdx.x * blockDim.x +
+// threadIdx.x, one thread per element) turns negative at 2^31, converts to a huge size_t and
+// fails i < n; a tail index kept in 32 bits wraps to threadIdx.x at 2^32: elements never
+// written in one op leave their poison in every op after it, and in y.
+TEST_CASE("unfused GELU past 2^31 and 2^32 elements (an int index, a 32-bit tail)") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: the 2^31- and 2^32-element cases are left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  const std::size_t past_2_31 = (1ull << 31) + 3, past_2_32 = (1ull << 32) + 3;
+  // x, y and 2n of scratch: 4n floats, and room for the guard bands and the check's windows.
+  const auto needed = [](std::size_t n) { return 4 * n * sizeof(float) + (2ull << 30); };
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < needed(past_2_31)) {
+    wb::testing::mark_skipped("skipped: the unfused 2^31-element case needs " +
+                              std::to_string((needed(past_2_31) >> 30) + 1) + " GB of free device memory, this GPU has " +
+                              std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  const std::string int_rule =
+      "rule: cover every element, however large n, in every op of the unfused chain: n is a size_t, "
+      "here past 2^31, and t1 = scratch + n is not 16-byte aligned (n % 4 = 3), so the ops that touch "
+      "it run their scalar path.\nhint: index with size_t in every kernel, the scalar path's too: "
+      "size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x. An int i = blockIdx.x * blockDim.x "
+      "+ threadIdx.x turns negative at 2^31, converts to a huge size_t and fails i < n, so those "
+      "elements are never written, in that op and in y.";
+  for (const auto [x_offset, y_offset] : {std::pair<std::size_t, std::size_t>{0, 0}, {1, 0}})
+    check_large(Impl::Unfused, past_2_31, x_offset, y_offset, int_rule);
+  WB_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < needed(past_2_32)) {
+    wb::testing::record_note("the unfused 2^32-element case was left out: it needs " +
+                             std::to_string((needed(past_2_32) >> 30) + 1) + " GB of free device memory, this GPU has " +
+                             std::to_string(free_bytes >> 30) + " GB");
+    return;
+  }
+  check_large(Impl::Unfused, past_2_32, 0, 0,
+              "rule: cover every element, however large n, in every op of the unfused chain: n is a "
+              "size_t, here 2^32 + 3, so the float4 ops' body and their scalar tail (the last n % 4 = 3 "
+              "elements) lie past 2^32.\nhint: keep every index and count derived from n in size_t, the "
+              "tail's too: size_t tail = 4 * (n / 4) + threadIdx.x. In a 32-bit unsigned it wraps past "
+              "2^32 to threadIdx.x, so the tail's threads store to out[0 ..], the last elements of that "
+              "op are never written, and their poison flows through every op after it into y.");
+}
+
 // Last: every kernel of the reference (solution and fast builds) must have run above.
 TEST_CASE("kernel coverage: every kernel of the reference ran in this suite") {
   WB_REQUIRE_GPU();

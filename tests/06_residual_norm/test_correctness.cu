@@ -347,17 +347,37 @@ TEST_CASE("rows with mean 1e4 and spread 1: the variance must be computed stably
 // a few roundings, while the shifted one-pass formula is off by several times the tolerance
 // in most rows (an emulation of both in fp32: the two-pass and Welford at under 3% of the
 // tolerance, the one-pass at 3 to 5 times it in the worst row of each shape).
+// The same rows go through the reference's other two paths, which a one-pass formula in only
+// some kernels would slip past: 2048 with x one float into its allocation (not 16-byte
+// aligned: one value at a time), and 20000 (longer than a block's registers hold). There the
+// values are multiples of 1/8, so that the sums of d (up to 20000 x 83 < 2^21) stay exact too:
+// the two-pass mean is then one rounding off (at most 0.3 of the tolerance in h), while the
+// one-pass formula misses by 4 to 20 times it in the worst row (emulated in fp32, 12 seeds).
 TEST_CASE("rows whose first value is far from the mean: the pivot does not make E[d^2] - E[d]^2 safe") {
   WB_REQUIRE_GPU();
+  struct OutlierCase {
+    Shape s;
+    std::size_t x_offset;  // floats into x's allocation: 1 is not 16-byte aligned
+    float grid;            // every value of x and delta a multiple of 1 / grid
+    const char* path;
+  };
+  const std::vector<OutlierCase> cases = {
+      {{32, 1024}, 0, 32.0f, "multiples of 1/32"},
+      {{32, 2048}, 0, 32.0f, "multiples of 1/32"},
+      {{32, 2048}, 1, 32.0f, "multiples of 1/32; x one float into its allocation, not 16-byte aligned"},
+      {{16, 20000}, 0, 8.0f, "multiples of 1/8; rows longer than a block's registers hold"}};
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
-    for (const Shape s : std::vector<Shape>{{32, 1024}, {32, 2048}}) {
+    for (const OutlierCase& c : cases) {
+      const Shape s = c.s;
       Problem p = problem<float>(s.rows, s.dim, Norm::LayerNorm, Data::Typical, "pivot-outlier");
-      for (float& v : p.x) v = std::round(v * 32.0f) / 32.0f;
-      for (float& v : p.delta) v = std::round(v * 32.0f) / 32.0f;
+      for (float& v : p.x) v = std::round(v * c.grid) / c.grid;
+      for (float& v : p.delta) v = std::round(v * c.grid) / c.grid;
       for (int row = 0; row < s.rows; ++row) p.x[std::size_t(row) * s.dim] = row % 2 == 0 ? 64.0f : -64.0f;
-      const std::string what =
-          what_of<float>(impl) + " (rows whose first value is +-64, the other values of spread about 2)";
-      const Output out = run<float>(impl, p);
+      const std::string what = what_of<float>(impl) +
+                               " (rows whose first value is +-64, the other values of spread about 2, " + c.path + ")";
+      Offsets off;
+      off.x = c.x_offset;
+      const Output out = run<float>(impl, p, off);
       if (!out.ran) continue;
       const std::string r_failure = ch06::reference::check_residual(p, out.r, what);
       if (!r_failure.empty()) FAIL_CHECK(r_failure);
@@ -371,7 +391,7 @@ TEST_CASE("rows whose first value is far from the mean: the pivot does not make 
                       "hint: the pivot makes the values small only when it is near the mean; E[d^2] - E[d]^2 over "
                       "d = r - pivot still cancels, and its error grows with (pivot - mean)^2. Take the mean first, "
                       "then sum the squared deviations from it (a second pass over the registers), or use "
-                      "Welford's update.\n"
+                      "Welford's update, in every kernel: the one-value-at-a-time and long-row paths too.\n"
                    << h_failure);
     }
 }
@@ -605,6 +625,31 @@ TEST_CASE("more rows than a grid's y or z dimension holds (70000 rows)") {
   for (const Impl impl : {Impl::Fused, Impl::Unfused})
     check<float>(impl, problem<float>(70000, 9, Norm::LayerNorm, Data::Typical, "rows70000"), {},
                  " (70000 rows: launch rows in grid.x, whose limit is 2^31 - 1)");
+}
+
+// A model batch at a model width: 8192 rows of 768 (bench.cu's shape, a BERT / GPT-2-small
+// batch of 8192 tokens), which no case above uses (they take 768 in 4 to 33 rows, and 8192
+// rows nowhere). Every row of every call is computed, whatever the shape: a shortcut for one
+// shape (a row count or width written into the code for a benchmark) leaves rows unwritten or
+// wrong here.
+TEST_CASE("a model batch: 8192 rows of 768, every row computed (no shape is special)") {
+  WB_REQUIRE_GPU();
+  const Problem p = problem<float>(8192, 768, Norm::LayerNorm, Data::Typical, "batch-8192x768");
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    const std::string what = what_of<float>(impl) + " (a batch of 8192 rows of 768)";
+    const Output out = run<float>(impl, p);
+    if (!out.ran) continue;
+    const std::string failure =
+        ch06::reference::check_residual(p, out.r, what) +
+        ch06::reference::check_normalized(p, ch06::reference::residual(p), out.h, ch06::reference::kHFp32Tol, what);
+    if (!failure.empty())
+      FAIL_CHECK("ch06 " << what << ", " << ch06::reference::describe(p) << ", seed " << wb::base_seed()
+                 << ": rule: every call computes r and h for all its rows x dim values, whatever the shape: "
+                    "8192 x 768 is a model batch like any other.\nhint: nothing in the kernels or their launch "
+                    "may depend on one particular rows or dim (a shortcut for a benchmark's shape): the same "
+                    "rows of 768 are right in the smaller cases above.\n"
+                 << failure);
+  }
 }
 
 // Rows longer than any the other tests use (100000 and 131072 values: past 92682, two halves of

@@ -1763,16 +1763,20 @@ void bytes_to_host(Step step) {
                                           "of 8 bytes")
                      << ", plus the row's uniform).\nhint: copy only what the CPU half reads.");
   // A call of fewer rows than max_rows (a decoder's last block, or a batch that shrinks):
-  // d2h_bytes_per_row() is per row OF THE CALL, so 4 rows copy 4 rows' worth, not max_rows'.
+  // d2h_bytes_per_row() is per row OF THE CALL, so 4 rows copy 4 rows' worth, not max_rows'
+  // (256 bytes of slack: a small fixed copy per call, folded into the per-row figure above,
+  // is not what this looks for; 12 rows too many are 98 KB for step 3, 14 MB for step 2).
   const int fewer = 4;
+  const std::size_t slack = 256;
   const Draws f = runner.run(params, fewer);
-  CHECK_MESSAGE(f.counts.bytes_d2h == declared * fewer,
+  CHECK_MESSAGE(f.counts.bytes_d2h <= declared * fewer + slack,
                 failure_head(step, "bytes copied to the host by a call of 4 rows (max_rows 16)",
                              fewer, vocab, params)
                     << "sample(rows = " << fewer << ") on an object built for max_rows = " << rows
                     << " copied " << f.counts.bytes_d2h << " bytes device-to-host ("
                     << static_cast<double>(f.counts.bytes_d2h) / fewer
                     << " a row of the call), but d2h_bytes_per_row() says " << declared
+                    << " (at most " << declared * fewer + slack << " in all for 4 rows)"
                     << ".\nrule: a call copies what ITS rows need (chapter 02: the buffers are sized "
                        "for max_rows once; each call uses the first `rows` of them).\nhint: size every "
                        "cudaMemcpyAsync by the call's rows, not by max_rows.");
