@@ -140,7 +140,9 @@ class SortThenCpuSampler {
 // which, when it cannot be exact: top_k between kMaxCandidates and vocab (renormalizing
 // top_p needs the mass of all k), top_k off with top_p == 1 on a row longer than
 // kMaxCandidates (every token is kept), or a nucleus longer than kMaxCandidates (found
-// after the copy: the rows are checked before any token is written). Step 4 has no limit.
+// after the copy: the rows are checked before any token is written). A greedy call
+// (is_greedy: the argmax, whatever top_k and top_p say) is never refused: the first candidate
+// is the argmax. Step 4 has no limit.
 class TopCandidatesSampler {
  public:
   static constexpr int kMaxCandidates = 1024;
