@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <typeinfo>
 #include <vector>
 
 #include "support.hpp"
@@ -718,6 +719,70 @@ TEST_CASE("destroys its events when the work throws on a timed call (rule: destr
   // (work that fails intermittently, or runs out of memory as it grows). Events created after
   // the warmup and destroyed only at the end of the normal path leak here.
   check_failing_work(6, "its sixth call, the third timed sample");
+}
+
+namespace {
+
+// A work that throws wb::CudaError on its call number `throw_on` (1 = the first): what reaches the
+// timer's caller must be that very error, its type, code and message intact.
+void check_error_passes_through(int throw_on, const char* when) {
+  TestStream stream;
+  ch00::support::reset_log(stream.get());
+  const std::string work_message = "test work: launch of a kernel with a configuration it cannot run (expected)";
+  int calls = 0;
+  const ch00::Work failing = [&](cudaStream_t) {
+    if (++calls == throw_on) throw wb::CudaError(cudaErrorInvalidConfiguration, work_message);
+  };
+  const ch00::TimerOptions opt{.warmup = 3, .samples = 5, .cold_cache = false};
+  bool threw = false;
+  double got = 0;
+  std::string wrong;  // what reached the caller, when it is not the work's own error
+  try {
+    got = ch00::time_work_ms(failing, stream.get(), opt);
+  } catch (const wb::CudaError& e) {
+    threw = true;
+    if (e.code() != cudaErrorInvalidConfiguration || std::string(e.what()).find(work_message) == std::string::npos)
+      wrong = std::string("a wb::CudaError with code ") + cudaGetErrorName(e.code()) + " and what() \"" + e.what() +
+              "\": another error, or the work's error with its code or message replaced";
+  } catch (const std::exception& e) {
+    threw = true;
+    wrong = std::string(typeid(e) == typeid(std::exception) ? "a plain std::exception"
+                                                            : "an exception that is not a wb::CudaError") +
+            " whose what() is \"" + e.what() + "\"";
+  } catch (...) {
+    threw = true;
+    wrong = "an exception that is not even a std::exception";
+  }
+  if (!threw)
+    FAIL("rule 1 (check every call): the work threw wb::CudaError(cudaErrorInvalidConfiguration) on " << when
+         << " (a launch that failed its check), but your timer returned " << ms(got) << " after " << calls
+         << " call(s) of it, a time for work that never ran.\nhint: do not catch the work's exceptions in the "
+            "timer; let them reach the caller.");
+  if (!wrong.empty())
+    FAIL("rule 1 (check every call: a failure reaches the caller as the wb::CudaError it is): the work threw "
+         << "wb::CudaError(cudaErrorInvalidConfiguration, \"" << work_message << "\") on " << when
+         << " (options {warmup = 3, samples = 5, cold_cache = false}); what reached the caller of your timer was "
+         << wrong << ". The caller (an autotuner that catches wb::CudaError and skips a configuration that "
+         << "cannot launch, or a person reading the message) needs the error's type, code and message."
+         << (wrong.rfind("a plain std::exception", 0) == 0
+                 ? " `throw e;` inside `catch (const std::exception& e)` throws a new copy of the static type "
+                   "std::exception: the wb::CudaError is sliced away."
+                 : " A new exception thrown in its place (std::runtime_error, another code) hides why the work failed.")
+         << "\nhint: let the work's exceptions pass through "
+            "untouched: no try/catch in the timer (the event guards clean up however it ends); if you must "
+            "catch, rethrow the same object with a bare `throw;`.");
+}
+
+}  // namespace
+
+TEST_CASE("passes the work's error on unchanged: the same wb::CudaError, code and message (rule 1)") {
+  WB_REQUIRE_GPU();
+  // The failing-work tests above check that an error thrown by the work leaves the timer and
+  // leaves nothing behind; this one checks what leaves: the work's own wb::CudaError, on a
+  // warmup call and on a timed one. A timer that catches it and throws something else (a sliced
+  // copy, a new std::runtime_error) still "throws", and the caller can no longer tell why.
+  check_error_passes_through(1, "its first call");
+  check_error_passes_through(6, "its sixth call, the third timed sample");
 }
 
 // Last in this file: a timer that stores samples past the end of a fixed-size array corrupts
