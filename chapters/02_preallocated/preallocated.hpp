@@ -27,7 +27,8 @@ class PreallocatedMatvec {
   // After the first calls of each size, no call allocates or frees anything.
   void matvec(float* out, const float* x, const float* W, int n, int d);
 
-  // Frees the device buffers (the destructor calls it; calling it twice is fine).
+  // Frees the device buffers and sets every capacity back to 0, leaving the object as new: a
+  // matvec after it allocates again (the destructor calls it; calling it twice is fine).
   void release() noexcept;
 
   // Floats each buffer holds now (for the tests).

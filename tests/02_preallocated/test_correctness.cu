@@ -373,8 +373,40 @@ TEST_CASE("release frees every buffer, and twice is harmless (sizes counted, 30 
       }
       if (explicit_release) {
         p.release();
-        CHECK(p.w_capacity() == 0);
+        // release() gives the buffers back: each capacity ("the floats each buffer holds now")
+        // must say 0, or the next call that fits a stale capacity skips its allocation and copies
+        // into a null pointer. All three: W's alone being reset proves nothing about x and y.
+        CHECK_MESSAGE((p.w_capacity() == 0 && p.x_capacity() == 0 && p.y_capacity() == 0),
+                      "chapter 02: rule: release() resets every capacity to 0. After 30 calls of one "
+                      "PreallocatedMatvec (the largest 4099x4097) and release(), the capacities say W "
+                          << p.w_capacity() << ", x " << p.x_capacity() << ", y " << p.y_capacity()
+                          << " floats, but the object holds no buffer any more (preallocated.hpp: the floats "
+                             "each buffer holds now): the next call that fits a stale capacity skips "
+                             "ensure_capacity's allocation and copies into a null pointer.\nhint: in release(), "
+                             "after the three cudaFree calls: d_w_ = d_x_ = d_y_ = nullptr; "
+                             "w_capacity_ = x_capacity_ = y_capacity_ = 0; (every capacity, not only W's).");
         p.release();
+        // Released is not dead: the object is still there (the destructor has not run), so a next
+        // call must allocate afresh and be right. Its buffers are freed by the destructor below,
+        // so the accounting after this block stays balanced.
+        try {
+          WB_CHECK_RESULT(wb::model::check_host_matvec(
+              [&p](float* o, const float* xv, const float* Wv, int nn, int dd) { p.matvec(o, xv, Wv, nn, dd); }, 13, 7,
+              {"02", "PreallocatedMatvec::matvec(7x13) after release() twice",
+               "rule: release() leaves an empty object that can be used again: pointers nullptr and every "
+               "capacity 0, so the next call allocates what it needs."}));
+        } catch (const wb::NotImplemented&) {
+          throw;
+        } catch (const std::exception& e) {
+          (void)cudaGetLastError();  // the failed copy's error must not surface at a later launch check
+          FAIL_CHECK("chapter 02: rule: release() resets every capacity to 0 (the object can be used again). "
+                     "After 30 calls and release() twice, a 7x13 matvec on the same object failed: "
+                     << e.what() << "\n  after it the capacities say W " << p.w_capacity() << ", x " << p.x_capacity()
+                     << ", y " << p.y_capacity()
+                     << " floats\nhint: a capacity left non-zero by release() makes ensure_capacity "
+                        "skip the allocation, and the copy goes to the nullptr release() left: reset "
+                        "w_capacity_, x_capacity_ and y_capacity_ to 0 in release().");
+        }
       }
     }  // the destructor releases too
     const wb::ApiCounts c = counter.counts();
