@@ -32,6 +32,7 @@
 #include "wb/api_counter.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
+#include "wb/global_timer.cuh"
 #include "wb/guarded_buffer.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
@@ -789,6 +790,15 @@ void check_swiglu(const std::vector<float>& gate, const std::vector<float>& up, 
     return "out[" + std::to_string(i) + "]";
   });
   if (bad.empty()) return;
+  const auto right_at = [&](std::size_t i) {
+    return double(got[i]) == expected[i] || std::fabs(double(got[i]) - expected[i]) <= allowed(i) ||
+           (std::isnan(expected[i]) && std::isnan(got[i]));
+  };
+  const auto to_text = [](double x) {
+    std::ostringstream o;
+    o << x;
+    return o.str();
+  };
   std::string diagnosis;
   if (const std::vector<double> swapped = ref::swiglu(gate, up, /*swapped=*/true);
       ref::matches(got, swapped, [&](std::size_t i) { return 1e-4 + 1e-4 * std::fabs(swapped[i]); }))
@@ -816,6 +826,14 @@ void check_swiglu(const std::vector<float>& gate, const std::vector<float>& up, 
                   "(for i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x), in "
                   "size_t. ";
   }
+  for (std::size_t i = 0; i < gate.size() && diagnosis.empty(); ++i)
+    if (gate[i] > -88.0f && gate[i] < -20.0f && up[i] != 0.0f && got[i] == 0.0f && !right_at(i))
+      diagnosis = "out[" + std::to_string(i) + "] is 0 for a gate of " + std::to_string(gate[i]) + " (up = " +
+                  std::to_string(up[i]) + "), where the exact value is " + to_text(expected[i]) +
+                  ": silu is tiny there, not zero. rule: every output within 1e-5 relative of its exact value, "
+                  "for every gate above about -88 (float's normal range: only below it may a result be 0 within "
+                  "1e-30 absolute). hint: no cut-off such as `g < -40 ? 0 : ...`; g / (1 + exp(-g)) (or g * (1 / "
+                  "(1 + exp(-g)))) is accurate all the way down, and exp(-g) = inf below -88 gives -0 by itself. ";
   for (std::size_t i = 0; i < gate.size() && diagnosis.empty(); ++i)
     if (std::isfinite(gate[i]) && std::isfinite(up[i]) && std::isnan(got[i]) && gate[i] < -80)
       diagnosis = "out[" + std::to_string(i) + "] is NaN for a gate of " + std::to_string(gate[i]) +
@@ -887,6 +905,28 @@ TEST_CASE("SwiGLU past 2^24 elements (n = 2^24 + 1001): a capped grid must loop"
   const std::vector<float> up = wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng);
   check_swiglu(gate, up, /*in_place=*/false, false, "past 2^24 elements");
 }
+
+// The header: every output within 1e-5 relative of its exact value for every gate; only below
+// about -88 (float's denormals) within 1e-30 absolute. Between -88 and -20, silu(g) = g e^g / (1 +
+// e^g) is between 1e-36 and 1e-7: tiny, a normal float, and not zero. A cut-off "the sigmoid is
+// zero down there anyway" (g < -40 ? 0 : ...) passes every gate the special-value test uses (-20,
+// -87, -88, -100: the last three are under 1e-30 anyway) and random gates of sd 3 or 10. Here:
+// every half unit from -87.5 to -20.5, and uniform gates in (-88, -20), between random ones.
+TEST_CASE("SwiGLU at gates between -88 and -20: silu is tiny there but not zero (1e-5 relative)") {
+  WB_REQUIRE_GPU();
+  auto rng = wb::rng_for("ch08/swiglu/tiny-silu");
+  std::uniform_real_distribution<float> very_negative(-88.0f, -20.0f);
+  const std::vector<float> fill_g = wb::random_normal(1001, 0.0f, 3.0f, rng);
+  const std::vector<float> fill_u = wb::random_normal(1001, 0.0f, 1.0f, rng);
+  std::vector<float> gate, up;
+  for (std::size_t i = 0; i < fill_g.size(); ++i) {
+    const bool sweep = i % 3 == 0 && i / 3 < 135;  // -87.5, -87, ..., -20.5 (135 gates)
+    gate.push_back(sweep ? -87.5f + 0.5f * float(i / 3) : i % 3 == 1 ? very_negative(rng) : fill_g[i]);
+    up.push_back(i % 3 == 2 ? fill_u[i] : (fill_u[i] < 0 ? -1.0f : 1.0f) * (0.5f + std::fabs(fill_u[i])));
+  }
+  for (const bool in_place : {false, true}) check_swiglu(gate, up, in_place, false, "gates between -88 and -20");
+}
+
 
 // ========================= bad arguments ===================================================
 
@@ -1280,6 +1320,106 @@ std::size_t kernel_nodes(cudaGraph_t graph) {
     }
   }
   return kernels;
+}
+
+// The header: every function enqueues on `stream` and returns without waiting. CUPTI counts the
+// synchronize calls above, but a call can wait without one: polling cudaStreamQuery or
+// cudaEventQuery until its kernel is done, only while the stream is not being captured (a query
+// would break the capture). Every value is right and the graph is unchanged, but the decoder's
+// step-by-step loop stalls at every call, and graph_over_step_by_step looks better than it is
+// (the timing test's own hold then times out and compares nothing). So each call is made behind
+// a kernel that holds the stream until the host opens it: a call that returns without waiting
+// returns while the hold still runs; one that waits for its work returns only when the hold gives
+// up (2 s). Each call is made once first, unheld, so that its kernels are loaded (lazy loading
+// may wait for the device while it loads a kernel).
+__global__ void hold_until_open(const volatile int* open, volatile int* gave_up, unsigned long long limit_ns) {
+  const unsigned long long t0 = wb::global_timer_ns();
+  while (*open == 0) {
+    if (wb::global_timer_ns() - t0 > limit_ns) {
+      *gave_up = 1;
+      return;
+    }
+  }
+}
+
+TEST_CASE("rule: a direct call returns while its stream is still busy (it never waits, even by polling)") {
+  WB_REQUIRE_GPU();
+  if (wb::debug_sync_enabled()) {
+    wb::testing::mark_skipped("skipped: WB_DEBUG_SYNC=1 synchronizes after every launch itself");
+    return;
+  }
+  if (wb::coverage::quick()) {  // compute-sanitizer may hold the host at a launch until the kernel ends
+    wb::testing::mark_skipped("skipped: the held stream is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  constexpr int kHeads = 6, kKvHeads = 2, kHs = 16, kSeq = 16;
+  constexpr int dim = kHeads * kHs, kv_dim = kKvHeads * kHs;
+  auto rng = wb::rng_for("ch08/held-stream");
+  wb::DeviceBuffer<float> q(wb::random_normal(dim, 0.0f, 1.0f, rng)), k(wb::random_normal(kv_dim, 0.0f, 1.0f, rng)),
+      v(wb::random_normal(kv_dim, 0.0f, 1.0f, rng)), kc(std::size_t(kSeq) * kv_dim), vc(std::size_t(kSeq) * kv_dim),
+      att(dim), scores(std::size_t(kHeads) * kSeq), gate(wb::random_normal(dim, 0.0f, 3.0f, rng)),
+      up(wb::random_normal(dim, 0.0f, 1.0f, rng));
+  wb::DeviceBuffer<int> pos(1);
+  const int three = 3;
+  pos.upload(std::span<const int>(&three, 1));
+  WB_CUDA(cudaMemset(kc.data(), 0, kc.size() * sizeof(float)));
+  WB_CUDA(cudaMemset(vc.data(), 0, vc.size() * sizeof(float)));
+  WB_CUDA(cudaDeviceSynchronize());
+  // Two ints of pinned, mapped host memory: [0] opens the hold, [1] says it gave up.
+  struct Flags {
+    int* host = nullptr;
+    int* device = nullptr;
+    Flags() {
+      WB_CUDA(cudaHostAlloc(&host, 2 * sizeof(int), cudaHostAllocMapped));
+      WB_CUDA(cudaHostGetDevicePointer(&device, host, 0));
+    }
+    ~Flags() { cudaFreeHost(host); }
+    volatile int& operator[](int i) { return static_cast<volatile int*>(host)[i]; }
+  } flags;
+  Stream stream;
+  const auto held = [&](const std::string& name, const std::function<void()>& call) {
+    call();  // unheld first: the kernels get loaded
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    flags[0] = 0;
+    flags[1] = 0;
+    hold_until_open<<<1, 1, 0, stream.s>>>(flags.device, flags.device + 1, 2'000'000'000ull);
+    WB_CHECK_LAUNCH("hold_until_open");
+    cudaError_t query = cudaSuccess;
+    int gave_up = 0;
+    {
+      struct Release {  // also when the call throws: open the hold and let the stream drain
+        Flags& f;
+        cudaStream_t s;
+        ~Release() {
+          f[0] = 1;
+          cudaStreamSynchronize(s);
+        }
+      } release{flags, stream.s};
+      call();
+      query = cudaStreamQuery(stream.s);
+      gave_up = flags[1];
+    }
+    (void)cudaGetLastError();  // cudaErrorNotReady is the expected answer, not an error to keep
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    if (query != cudaErrorNotReady || gave_up != 0)
+      FAIL_CHECK("ch08 " << name << ", called directly on a created stream that an earlier kernel holds busy "
+                 "until the host lets it go, " << seed_text() << ": the call returned only after the stream had "
+                 "drained (cudaStreamQuery right after it: " << cudaGetErrorName(query)
+                 << (gave_up ? "; the holding kernel gave up after 2 s, the call was still waiting" : "")
+                 << "). rule: every function enqueues on `stream` and returns without waiting, whether or not "
+                    "the stream is being captured: no synchronize, and no wait of any other kind (a loop on "
+                    "cudaStreamQuery or cudaEventQuery, a host callback...).\nhint: launch and return; the caller "
+                    "decides when to wait. A wait skipped only during a capture stalls the decoder's step-by-step "
+                    "loop at every call and makes the graph look faster than it is.");
+  };
+  held("rope_and_append", [&] {
+    ch08::rope_and_append(q.data(), k.data(), v.data(), kc.data(), vc.data(), dim, kv_dim, kHs, pos.data(), stream.s);
+  });
+  held("attention", [&] {
+    ch08::attention(att.data(), q.data(), kc.data(), vc.data(), scores.data(), kHeads, kKvHeads, kHs, kSeq, pos.data(),
+                    stream.s);
+  });
+  held("swiglu", [&] { ch08::swiglu(gate.data(), gate.data(), up.data(), dim, stream.s); });
 }
 
 // The step-by-step loop makes the three calls directly, the graph replays them as captured: a
@@ -1820,6 +1960,78 @@ TEST_CASE("RoPE + append into caches of more than 2^31 floats (8.6 GB each: a 64
                                             index_in("q"));
   if (!q_bad.empty())
     FAIL_CHECK(what << ": rule: q is rotated in place by RoPE at position *pos. " << q_bad << "\n" << kRopeHint);
+}
+
+// The largest n the header allows, INT_MAX = 2^31 - 1, in place (two arrays of 8.6 GB). A
+// grid-stride loop whose index is an int: with the grid capped at 2^16 blocks of 256 (a stride of
+// 2^24), the last turn of every thread starts at i >= 2^31 - 2^24, and i += stride wraps to a
+// negative index (any n <= 2^31 - 2^24 never gets there, 2^24 + 1001 above included). The inputs
+// are made on the device (fill_hashed_uniform); the windows checked are read back: the first
+// 4096 elements, 4096 around 2^31 - 2^24 and the last 4096.
+TEST_CASE("SwiGLU at n = INT_MAX (2^31 - 1) in place: a 32-bit grid-stride index wraps") {
+  WB_REQUIRE_GPU();
+  if (wb::coverage::quick()) {
+    wb::testing::mark_skipped("skipped: n = 2^31 - 1 is left out under compute-sanitizer / WB_QUICK");
+    return;
+  }
+  constexpr int n = std::numeric_limits<int>::max();
+  const std::size_t count = std::size_t(n);
+  // gate first, up after it (BigCaches allocates k, then v).
+  const std::unique_ptr<BigCaches> arrays = allocate_or_skip(2 * count * sizeof(float), "gate and up of 2^31 - 1 floats",
+                                                             [count] { return std::make_unique<BigCaches>(count); });
+  if (!arrays) return;
+  float* const gate = arrays->k.data();
+  float* const up = arrays->v.data();
+  const std::string what = "ch08 swiglu, n = 2147483647 (INT_MAX) in place (out == gate), " + seed_text();
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(gate, count, wb::base_seed() + 7, -8.0f, 8.0f);
+  wb::testing::fill_hashed_uniform<<<4096, 256>>>(up, count, wb::base_seed() + 8, -1.0f, 1.0f);
+  WB_CHECK_LAUNCH("fill_hashed_uniform");
+  WB_CUDA(cudaDeviceSynchronize());
+  constexpr std::size_t kWindow = 4096;
+  const std::size_t wrap = (std::size_t(1) << 31) - (std::size_t(1) << 24);
+  const std::vector<std::size_t> starts = {0, wrap - kWindow / 2, count - kWindow};
+  const auto window = [&](const float* base, std::size_t start) {
+    std::vector<float> host(kWindow);
+    WB_CUDA(cudaMemcpy(host.data(), base + start, kWindow * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+  };
+  std::vector<std::vector<float>> gate_before, up_before, got;
+  for (const std::size_t start : starts) {
+    gate_before.push_back(window(gate, start));
+    up_before.push_back(window(up, start));
+  }
+  const std::string rule =
+      "rule: every i < n is computed, for any int n up to INT_MAX = 2^31 - 1, and nothing outside the arrays is "
+      "touched.\nhint: keep the grid-stride index in size_t (std::size_t i = blockIdx.x * (size_t)blockDim.x + "
+      "threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x): with an int index, a thread whose last element "
+      "lies past 2^31 - stride computes i + stride past INT_MAX, which wraps to a negative index.";
+  try {
+    Stream stream;
+    ch08::swiglu(gate, gate, up, n, stream.s);
+    WB_CUDA(cudaStreamSynchronize(stream.s));
+    for (const std::size_t start : starts) got.push_back(window(gate, start));
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK(what << ": the call failed (" << first_line(e) << "): a kernel read or wrote outside gate and up.\n"
+                    << rule);
+    return;  // a fault is sticky: nothing more can run on this device
+  }
+  for (std::size_t w = 0; w < starts.size(); ++w) {
+    const std::vector<double> expected = ref::swiglu(gate_before[w], up_before[w]);
+    const std::size_t start = starts[w];
+    const std::string bad = ref::mismatches(
+        got[w], expected, [&](std::size_t i) { return kSwigluTol.atol + kSwigluTol.rtol * std::fabs(expected[i]); },
+        [start](std::size_t i) { return "out[" + std::to_string(start + i) + "]"; });
+    if (!bad.empty()) {
+      FAIL_CHECK(what << ": out[" << start << " .. " << start + kWindow - 1 << "] is not silu(gate) * up (gate and up "
+                      << "read back before the call): " << bad << "\n" << rule);
+      return;
+    }
+  }
+  const std::vector<float> up_after = window(up, starts.back());
+  if (up_after != up_before.back())
+    FAIL_CHECK(what << ": rule: up is read-only. Its last 4096 elements changed.\n" << rule);
 }
 
 // Last: every kernel of the reference (namespace ch08::kernels) must have run above.
