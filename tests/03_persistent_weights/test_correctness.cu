@@ -211,9 +211,21 @@ TEST_CASE("matvec with a W outside the loaded weights is an error") {
   std::vector<float> out(10);
   ch03::PersistentMatvec p;
   p.load(weights.data(), weights.size());
-  // The valid call first, outside any CHECK: a matvec still to do throws NotImplemented here,
-  // and the case reads "to do" instead of "threw the wrong exception".
-  p.matvec(out.data(), x.data(), weights.data() + 900, 10, 10);  // the last 100 floats
+  // The valid calls first, outside any CHECK: a matvec still to do throws NotImplemented here,
+  // and the case reads "to do" instead of "threw the wrong exception". A bounds check that
+  // refuses a valid W (an end compared with < instead of <=) is named.
+  const auto valid_call = [&](ch03::PersistentMatvec& pm, const float* W, const char* which) {
+    try {
+      pm.matvec(out.data(), x.data(), W, 10, 10);
+    } catch (const std::invalid_argument& e) {
+      FAIL("chapter 03: rule: a W whose every float lies inside the loaded weights is valid, one that ends "
+           "exactly where they end too. "
+           << which << " was refused: " << e.what()
+           << "\nhint: W's n*d floats fit when W >= base and W + n*d <= base + count (<=, not <: the end is one "
+              "past the last float), or call offset_inside(W, n*d, host_weights_, weight_count_).");
+    }
+  };
+  valid_call(p, weights.data() + 900, "A 10x10 W at float 900 of 1000 loaded floats (the last 100, ending at the end)");
   CHECK_THROWS_AS_MESSAGE(p.matvec(out.data(), x.data(), other.data(), 10, 10), std::invalid_argument,
                           "chapter 03: rule: matvec throws std::invalid_argument when W is not inside the loaded "
                           "weights. A W in another array did not throw.\nhint: call offset_inside(W, n*d, "
@@ -229,7 +241,8 @@ TEST_CASE("matvec with a W outside the loaded weights is an error") {
   // size_t that is 2^64 - 50, and 2^64 - 50 + 100 wraps to 50, which "fits" 900.
   ch03::PersistentMatvec part;
   part.load(weights.data() + 100, 900);
-  part.matvec(out.data(), x.data(), weights.data() + 100, 10, 10);  // valid: the first 100 loaded floats
+  valid_call(part, weights.data() + 100,
+             "With floats 100 to 999 of an array loaded, a 10x10 W at float 100 (the first 100 loaded floats)");
   CHECK_THROWS_AS_MESSAGE(part.matvec(out.data(), x.data(), weights.data() + 50, 10, 10), std::invalid_argument,
                           "chapter 03: rule: every float of W lies inside the loaded weights, its start too. With "
                           "floats 100 to 999 of an array loaded, a 10x10 W at float 50 (starting 50 floats before "
