@@ -700,6 +700,27 @@ TEST_CASE("PersistentMatvec: weights of more than 2^31 floats (offsets into them
   }
 }
 
+namespace {
+
+// matvec of a W that is not inside the loaded weights must throw std::invalid_argument. Another
+// exception, or none, fails the case: `what` names the call and the rule, `read` says what the
+// kernel read instead, `hint` how to mend it. A matvec still to do passes NotImplemented on.
+void expect_refused(ch03::PersistentMatvec& p, float* out, const float* x, const float* W, int n, int d,
+                    const std::string& what, const std::string& read, const std::string& hint) {
+  try {
+    p.matvec(out, x, W, n, d);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    return;  // right
+  } catch (const std::exception& e) {
+    FAIL(what << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument: " << read << "." << hint);
+  }
+  FAIL(what << "was accepted: it must throw std::invalid_argument, and " << read << "." << hint);
+}
+
+}  // namespace
+
 // load() can fail: a model bigger than the GPU's free memory is an ordinary error (the caller
 // catches it and tries a smaller model, or the CPU). The object must stay consistent: the
 // weights it failed to load are not loaded, so a W inside them is refused (std::invalid_argument)
@@ -753,20 +774,8 @@ TEST_CASE("a load() that fails (more weights than the GPU holds) loads nothing: 
       "cudaMalloc and cudaMemcpy (either can throw), and record the new host_weights_ and count only after "
       "both succeeded; a state set first claims weights that are not on the device (and d_weights_ left "
       "pointing at freed memory is freed again by release()).";
-  bool refused = false;
-  try {
-    p.matvec(out.data(), x.data(), huge, n, d);
-  } catch (const wb::NotImplemented&) {
-    throw;
-  } catch (const std::invalid_argument&) {
-    refused = true;  // right: not inside the loaded weights
-  } catch (const std::exception& e) {
-    FAIL(rule << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument (they are not the "
-                 "loaded weights): the kernel read a device copy that does not exist." << hint);
-  }
-  if (!refused)
-    FAIL(rule << "was accepted: it must throw std::invalid_argument (they are not the loaded weights), and "
-                 "the kernel read a device copy that does not exist." << hint);
+  expect_refused(p, out.data(), x.data(), huge, n, d, rule,
+                 "they are not the loaded weights: the kernel read a device copy that does not exist", hint);
   // The earlier weights: a failed load() may leave them loaded, but only while their device copy
   // still exists. When the object no longer holds that many device bytes (the reference freed
   // them before its cudaMalloc), a W inside them must be refused too.
@@ -783,20 +792,8 @@ TEST_CASE("a load() that fails (more weights than the GPU holds) loads nothing: 
         "\nhint: the failed load() freed the old copy but left host_weights_ and weight_count_ describing it. In "
         "load(), right after cudaFree(d_weights_): d_weights_ = nullptr; host_weights_ = nullptr; weight_count_ = 0; "
         "only then cudaMalloc and cudaMemcpy, and record the new array once both succeeded.";
-    bool refused_old = false;
-    try {
-      p.matvec(out.data(), x.data(), weights.data(), n, d);
-    } catch (const wb::NotImplemented&) {
-      throw;
-    } catch (const std::invalid_argument&) {
-      refused_old = true;  // right: nothing is loaded
-    } catch (const std::exception& e) {
-      FAIL(rule_old << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument: the kernel read "
-                    "the freed (or null) device copy." << hint_old);
-    }
-    if (!refused_old)
-      FAIL(rule_old << "was accepted: it must throw std::invalid_argument, and the kernel read the freed (or null) "
-                       "device copy." << hint_old);
+    expect_refused(p, out.data(), x.data(), weights.data(), n, d, rule_old,
+                   "the kernel read the freed (or null) device copy", hint_old);
   }
   // And the object still works: load the small weights again.
   p.load(weights.data(), weights.size());
@@ -826,18 +823,7 @@ TEST_CASE("matvec of a W with n*d past 2^31 floats, beyond the loaded weights, i
     const std::string hint =
         "\nhint: pass std::size_t(n) * std::size_t(d) to offset_inside: n * d is an int product, which wraps "
         "before it is widened (static_cast<std::size_t>(n * d) is too late).";
-    bool refused = false;
-    try {
-      p.matvec(out.data(), x.data(), weights.data(), n, d);
-    } catch (const wb::NotImplemented&) {
-      throw;
-    } catch (const std::invalid_argument&) {
-      refused = true;  // right
-    } catch (const std::exception& e) {
-      FAIL(what << "failed with " << e.what() << "\ninstead of throwing std::invalid_argument: the bounds check "
-                   "passed, and the kernel read far past the device copy." << hint);
-    }
-    if (!refused)
-      FAIL(what << "did not throw std::invalid_argument (the kernel read far past the device copy)." << hint);
+    expect_refused(p, out.data(), x.data(), weights.data(), n, d, what,
+                   "the bounds check passed, and the kernel read far past the device copy", hint);
   }
 }

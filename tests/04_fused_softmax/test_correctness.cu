@@ -505,6 +505,25 @@ TEST_CASE("softmax: the same buffers called back to back, x rewritten on the str
     }
 }
 
+// Both versions on x at the timed shape s (4096x4096), each against the double softmax: a wrong
+// answer fails the case with `rows` (what x holds), the rule that the timed shape is computed like
+// any other, `hint`, and what came out wrong.
+void check_at_timed_shape(const std::vector<float>& x, Shape s, const std::string& rows, const std::string& why,
+                          const std::string& hint) {
+  const std::vector<double> expected = softmax_rows(x, s.rows, s.cols);
+  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
+    bool ran = false;
+    const std::vector<float> y = run_softmax_checked(impl, x, s, 0, 0, &ran);
+    if (!ran) continue;
+    const std::string failure = check_softmax(x, y, expected, s.rows, s.cols,
+                                              std::string(name_of(impl)) + " softmax on " + rows + " at the timed shape");
+    if (failure.empty()) continue;
+    FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed " << wb::base_seed()
+               << ": rule: the shape the timing tests time is computed like any other. " << why << "\nhint: "
+               << hint << "\n" << failure);
+  }
+}
+
 // The timed shape itself, 4096x4096, on the edge rows. The shapes above have 33x4096 and
 // 512x4096 but not this one, and the calls that do run it (the decode loop above, the timing
 // tests' re-check) give it small logits (uniform in [-8, 8), normal with sd 4), where exp(x)
@@ -517,24 +536,13 @@ TEST_CASE("softmax at the timed shape, 4096x4096: logits of +-1e4, -inf entries,
     wb::testing::mark_skipped("skipped: the 4096x4096 edge rows are left out under compute-sanitizer / WB_QUICK");
     return;
   }
-  const std::vector<float> x = ch04::reference::edge_logits(s.rows, s.cols, "ch04/timed-shape/" + shape_name(s));
-  const std::vector<double> expected = softmax_rows(x, s.rows, s.cols);
-  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
-    bool ran = false;
-    const std::vector<float> y = run_softmax_checked(impl, x, s, 0, 0, &ran);
-    if (!ran) continue;
-    const std::string failure = check_softmax(x, y, expected, s.rows, s.cols,
-                                              std::string(name_of(impl)) + " softmax on edge rows at the timed shape");
-    if (failure.empty()) continue;
-    FAIL_CHECK("ch04 " << name_of(impl) << " softmax, " << shape_name(s) << ", seed " << wb::base_seed()
-               << ": rule: the shape the timing tests time is computed like any other. Edge rows (logits of "
-                  "+-1e4, -inf entries, all -inf rows) come out wrong at exactly 4096x4096, the timed shape, "
-                  "whose timed inputs are small logits (normal, sd 4) that hide a missing step.\nhint: let the "
-                  "shape choose only how the work is laid out (registers, a warp or a block per row), never "
-                  "which steps run: every path subtracts the row max before exp (exp(1e4) is inf), gives -inf "
-                  "entries 0 and an all -inf row NaN.\n"
-               << failure);
-  }
+  check_at_timed_shape(
+      ch04::reference::edge_logits(s.rows, s.cols, "ch04/timed-shape/" + shape_name(s)), s, "edge rows",
+      "Edge rows (logits of +-1e4, -inf entries, all -inf rows) come out wrong at exactly 4096x4096, the timed "
+      "shape, whose timed inputs are small logits (normal, sd 4) that hide a missing step.",
+      "let the shape choose only how the work is laid out (registers, a warp or a block per row), never which "
+      "steps run: every path subtracts the row max before exp (exp(1e4) is inf), gives -inf entries 0 and an all "
+      "-inf row NaN.");
 }
 
 // The timed shape again, on the logits up to 3.4e38 of the test above (which runs five other
@@ -548,25 +556,14 @@ TEST_CASE("softmax at the timed shape, 4096x4096: finite logits up to 3.4e38") {
     wb::testing::mark_skipped("skipped: the 4096x4096 logits up to 3.4e38 are left out under compute-sanitizer / WB_QUICK");
     return;
   }
-  const std::vector<float> x = huge_logits(s, "ch04/timed-shape-huge/" + shape_name(s));
-  const std::vector<double> expected = softmax_rows(x, s.rows, s.cols);
-  for (const Impl impl : {Impl::Fused, Impl::Unfused}) {
-    bool ran = false;
-    const std::vector<float> y = run_softmax_checked(impl, x, s, 0, 0, &ran);
-    if (!ran) continue;
-    const std::string failure = check_softmax(x, y, expected, s.rows, s.cols,
-                                              std::string(name_of(impl)) + " softmax on logits up to 3.4e38 at the timed shape");
-    if (failure.empty()) continue;
-    FAIL_CHECK("ch04 " << name_of(impl) << " softmax(x, y, 4096, 4096, stream), seed " << wb::base_seed()
-               << ": rule: the shape the timing tests time is computed like any other, for finite logits of "
-                  "any size. Rows of zeros with one 3e38, of logits up to 3.4e38 in size, of -3e38 with 3e38 "
-                  "tied in three columns come out wrong at exactly 4096x4096 (the test of logits up to 3.4e38 "
-                  "checks the same rows at 3x7, 6x1000, 3x8193, 3x20001 and 2x151936).\nhint: let the shape choose only how the work is laid out, "
-                  "never the arithmetic: compute exp(x - max) from x - max on every path; a form that scales "
-                  "first, exp2(x * log2(e) - max * log2(e)), overflows max * log2(e) to inf once max > "
-                  "FLT_MAX / log2(e) = 2.36e38.\n"
-               << failure);
-  }
+  check_at_timed_shape(
+      huge_logits(s, "ch04/timed-shape-huge/" + shape_name(s)), s, "logits up to 3.4e38",
+      "Finite logits of any size too: rows of zeros with one 3e38, of logits up to 3.4e38 in size, of -3e38 with "
+      "3e38 tied in three columns come out wrong at exactly 4096x4096 (the test of logits up to 3.4e38 checks the "
+      "same rows at 3x7, 6x1000, 3x8193, 3x20001 and 2x151936).",
+      "let the shape choose only how the work is laid out, never the arithmetic: compute exp(x - max) from x - max "
+      "on every path; a form that scales first, exp2(x * log2(e) - max * log2(e)), overflows max * log2(e) to inf "
+      "once max > FLT_MAX / log2(e) = 2.36e38.");
 }
 
 TEST_CASE("fused softmax: two streams at once") {

@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -2182,6 +2183,21 @@ void draws_while_the_legacy_stream_is_busy(Step step) {
 }
 
 // ---------------------------------------------------------------------------------------
+// runner.run(params) for a call every step must take; empty when it threw std::invalid_argument
+// (a refusal), and then the case fails with `head`, what it said and `rule_and_hint`. A step
+// still to do passes NotImplemented on ("to do").
+std::optional<Draws> run_not_refused(Runner& runner, const SamplingParams& params, const std::string& head,
+                                     const std::string& rule_and_hint) {
+  try {
+    return runner.run(params);
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const std::invalid_argument& ex) {
+    FAIL_CHECK(head << "the call threw: " << first_line_of(ex) << rule_and_hint);
+    return std::nullopt;
+  }
+}
+
 // Step 3's limit is inclusive: its kMaxCandidates = 1024 candidates hold the whole kept set
 // whenever 1 <= top_k <= kMaxCandidates, so top_k = 1024 is sampled exactly, not refused (it
 // refuses top_k from 1025 to vocab - 1: bad_arguments checks 1500). Every step runs the row:
@@ -2200,22 +2216,15 @@ void top_k_at_the_candidate_limit(Step step) {
       SamplingParams p = params;
       p.step = static_cast<std::uint64_t>(call);
       const std::string head = failure_head(step, "top_k = kMaxCandidates (1024), step 3's limit", rows, vocab, p);
-      Draws d;
-      try {
-        d = runner.run(p);
-      } catch (const wb::NotImplemented&) {
-        throw;
-      } catch (const std::invalid_argument& ex) {
-        FAIL_CHECK(head << "the call threw: " << first_line_of(ex)
-                        << "\nrule: top_k = kMaxCandidates keeps exactly the " << k
-                        << " candidates step 3 copies back, so it is sampled exactly, not refused. Step 3 "
-                           "refuses only what it cannot hold: top_k above kMaxCandidates and below vocab, top_k "
-                           "and top_p both off on a row longer than kMaxCandidates, a nucleus longer than "
-                           "kMaxCandidates.\nhint: the limit is inclusive: refuse k > kMaxCandidates, not k >= "
-                           "kMaxCandidates.");
-        return;
-      }
-      const std::string failure = check_draws(row, vocab, p, {e}, d);
+      const std::optional<Draws> d = run_not_refused(
+          runner, p, head,
+          "\nrule: top_k = kMaxCandidates keeps exactly the " + std::to_string(k) +
+              " candidates step 3 copies back, so it is sampled exactly, not refused. Step 3 refuses only what it "
+              "cannot hold: top_k above kMaxCandidates and below vocab, top_k and top_p both off on a row longer "
+              "than kMaxCandidates, a nucleus longer than kMaxCandidates.\nhint: the limit is inclusive: refuse k > "
+              "kMaxCandidates, not k >= kMaxCandidates.");
+      if (!d) return;
+      const std::string failure = check_draws(row, vocab, p, {e}, *d);
       if (!failure.empty()) {
         FAIL_CHECK(head << failure);
         return;
@@ -2238,18 +2247,11 @@ void rows_of_one_token(Step step) {
   for (const SamplingParams params : {SamplingParams{0.0f, 0, 1.0f, 5, 0}, SamplingParams{0.7f, 1, 1.0f, 5, 1},
                                       SamplingParams{1.0f, 0, 0.5f, 5, 2}, SamplingParams{2.0f, 5, 1.0f, 5, 3}}) {
     const std::string head = failure_head(step, "rows of a one-token vocabulary (vocab = 1)", rows, vocab, params);
-    Draws d;
-    try {
-      d = runner.run(params);
-    } catch (const wb::NotImplemented&) {
-      throw;
-    } catch (const std::invalid_argument& ex) {
-      FAIL_CHECK(head << "the call threw: " << first_line_of(ex)
-                      << "\nrule: vocab = 1 is a valid shape: every row is sampled (rule 6 refuses only vocab < 1).");
-      return;
-    }
+    const std::optional<Draws> d = run_not_refused(
+        runner, params, head, "\nrule: vocab = 1 is a valid shape: every row is sampled (rule 6 refuses only vocab < 1).");
+    if (!d) return;
     const std::string failure =
-        check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), d);
+        check_draws(logits, vocab, params, expected_rows(logits, rows, vocab, params), *d);
     if (!failure.empty()) {
       FAIL_CHECK(head << failure
                       << "\nthese rows: one logit each, {0.5, NaN, 3, +inf, -inf, -NaN, -1e30, 1e30}."
@@ -2277,22 +2279,15 @@ void top_k_at_or_past_vocab(Step step) {
     for (const float top_p : {1.0f, 0.8f}) {
       const SamplingParams params{1.0f, k, top_p, 40, static_cast<std::uint64_t>(k)};
       const std::string head = failure_head(step, "top_k >= vocab keeps every token", rows, vocab, params);
-      Draws d;
-      try {
-        d = runner.run(params);
-      } catch (const wb::NotImplemented&) {
-        throw;
-      } catch (const std::invalid_argument& ex) {
-        FAIL_CHECK(head << "the call threw: " << first_line_of(ex)
-                        << "\nrule: top_k >= vocab keeps every token, exactly as top_k = 0 does; here that is "
-                        << vocab << " tokens, fewer than step 3's " << ch07::TopCandidatesSampler::kMaxCandidates
-                        << " candidates, so every step samples it and none refuses it."
-                           "\nhint: turn top_k into the number of tokens it keeps first, k = (top_k == 0 || "
-                           "top_k >= vocab) ? vocab : top_k, and compare that k (with the candidates, with a "
-                           "rank), never the raw argument.");
-        return;
-      }
-      const std::string failure = check_draws(logits, vocab, params, {expected_for(row.data(), vocab, params)}, d);
+      const std::optional<Draws> d = run_not_refused(
+          runner, params, head,
+          "\nrule: top_k >= vocab keeps every token, exactly as top_k = 0 does; here that is " + std::to_string(vocab) +
+              " tokens, fewer than step 3's " + std::to_string(ch07::TopCandidatesSampler::kMaxCandidates) +
+              " candidates, so every step samples it and none refuses it.\nhint: turn top_k into the number of "
+              "tokens it keeps first, k = (top_k == 0 || top_k >= vocab) ? vocab : top_k, and compare that k (with "
+              "the candidates, with a rank), never the raw argument.");
+      if (!d) return;
+      const std::string failure = check_draws(logits, vocab, params, {expected_for(row.data(), vocab, params)}, *d);
       if (!failure.empty()) {
         FAIL_CHECK(head << failure
                         << "\nrule: top_k >= vocab keeps every token, exactly as top_k = 0 does.");

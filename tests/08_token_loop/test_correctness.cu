@@ -1562,6 +1562,25 @@ TEST_CASE("attention of views: q and the caches each 4 bytes past a 16-byte boun
 // one array at a time starts one float into its buffer (4 bytes past an 8- and a 16-byte
 // boundary), the others at their buffers' aligned start: each pointer a kernel vectorizes
 // must be checked on its own. A failing call ends in a sticky error: the case stops there.
+
+// Runs `call` on a view; a CUDA error (a misaligned vector access) fails the case with `what`,
+// the rule every pointer is held to, the error and `hint`, and returns false: the error is
+// sticky, so nothing more can run. A kernel still to do passes NotImplemented on ("to do").
+template <typename Call>
+bool runs_on_view(Call&& call, const std::string& what, const std::string& hint) {
+  try {
+    call();
+    return true;
+  } catch (const wb::NotImplemented&) {
+    throw;
+  } catch (const wb::CudaError& e) {
+    FAIL_CHECK(what << ": rule: any float pointer is valid, each one on its own (the header asks for device pointers, "
+                       "not aligned ones). The call failed ("
+                    << first_line(e) << ").\nhint: " << hint);
+    return false;
+  }
+}
+
 TEST_CASE("RoPE + append of views, one array at a time: only q, k, v, key_cache or value_cache 4 bytes past an 8-byte boundary") {
   WB_REQUIRE_GPU();
   const RopeCase c{6, 2, 48, 64, 30};
@@ -1570,22 +1589,15 @@ TEST_CASE("RoPE + append of views, one array at a time: only q, k, v, key_cache 
                                                      {"v", {0, 0, 1, 0, 0}},
                                                      {"key_cache", {0, 0, 0, 1, 0}},
                                                      {"value_cache", {0, 0, 0, 0, 1}}};
-  for (const auto& [name, view] : views) {
-    try {
-      check_rope(c, /*at_end=*/false, view);
-    } catch (const wb::NotImplemented&) {
-      throw;
-    } catch (const wb::CudaError& e) {
-      FAIL_CHECK("ch08 rope_and_append, " << describe(c) << ", only " << name << " one float past an 8-byte "
-                 << "boundary (the other four arrays 8-byte aligned), " << seed_text() << ": rule: any float "
-                 << "pointer is valid, each one on its own (the header asks for device pointers, not aligned ones). "
-                 << "The call failed (" << first_line(e) << ").\nhint: a float2 path must check every pointer it "
-                    "reads or writes through a float2, the caches too: row *pos of a cache is 8-byte aligned exactly "
-                    "when the cache is (kv_dim is even). Check q, k, v, key_cache and value_cache on the host "
-                    "(reinterpret_cast<uintptr_t>(p) % 8 == 0) and take the scalar path when any one is not.");
+  for (const auto& [name, view] : views)
+    if (!runs_on_view([&] { check_rope(c, /*at_end=*/false, view); },
+                      "ch08 rope_and_append, " + describe(c) + ", only " + name +
+                          " one float past an 8-byte boundary (the other four arrays 8-byte aligned), " + seed_text(),
+                      "a float2 path must check every pointer it reads or writes through a float2, the caches too: "
+                      "row *pos of a cache is 8-byte aligned exactly when the cache is (kv_dim is even). Check q, k, "
+                      "v, key_cache and value_cache on the host (reinterpret_cast<uintptr_t>(p) % 8 == 0) and take "
+                      "the scalar path when any one is not."))
       return;
-    }
-  }
 }
 
 TEST_CASE("attention of views, one array at a time: only q, key_cache, value_cache, out or scores 4 bytes past a 16-byte boundary") {
@@ -1596,22 +1608,14 @@ TEST_CASE("attention of views, one array at a time: only q, key_cache, value_cac
                                                     {"value_cache", {0, 0, 1, 0, 0}},
                                                     {"out", {0, 0, 0, 1, 0}},
                                                     {"scores", {0, 0, 0, 0, 1}}};
-  for (const auto& [name, view] : views) {
-    try {
-      check_attention(c, /*at_end=*/false, view);
-    } catch (const wb::NotImplemented&) {
-      throw;
-    } catch (const wb::CudaError& e) {
-      FAIL_CHECK("ch08 attention, 6 heads / 2 KV heads x head_size 48, seq_len 64, *pos = 30, only " << name
-                 << " one float past a 16-byte boundary (the other arrays 256-byte aligned), " << seed_text()
-                 << ": rule: any float pointer is valid, each one on its own (the header asks for device pointers, "
-                    "not aligned ones). The call failed (" << first_line(e) << ").\nhint: check the alignment of "
-                    "EVERY pointer you load or store through a float4 (q, key_cache, value_cache, out, and scores "
-                    "if you vectorize it), not one of them: reinterpret_cast<uintptr_t>(p) % 16 == 0 for each, and "
-                    "the scalar path when any one is not.");
+  for (const auto& [name, view] : views)
+    if (!runs_on_view([&] { check_attention(c, /*at_end=*/false, view); },
+                      std::string("ch08 attention, 6 heads / 2 KV heads x head_size 48, seq_len 64, *pos = 30, only ") +
+                          name + " one float past a 16-byte boundary (the other arrays 256-byte aligned), " + seed_text(),
+                      "check the alignment of EVERY pointer you load or store through a float4 (q, key_cache, "
+                      "value_cache, out, and scores if you vectorize it), not one of them: "
+                      "reinterpret_cast<uintptr_t>(p) % 16 == 0 for each, and the scalar path when any one is not."))
       return;
-    }
-  }
 }
 
 // SwiGLU's other tests use n a multiple of 4 only with aligned arrays, and their views at the
@@ -1633,21 +1637,14 @@ TEST_CASE("SwiGLU of views, one array at a time: gate, up or out 4 bytes past a 
     auto rng = wb::rng_for(std::string("ch08/swiglu/view/") + v.name);
     const std::vector<float> gate = wb::random_normal(std::size_t(n), 0.0f, 3.0f, rng);
     const std::vector<float> up = wb::random_normal(std::size_t(n), 0.0f, 1.0f, rng);
-    try {
-      check_swiglu(gate, up, v.in_place, false, std::string("only ") + v.name + " one float past a 16-byte boundary",
-                   v.view);
-    } catch (const wb::NotImplemented&) {
-      throw;
-    } catch (const wb::CudaError& e) {
-      FAIL_CHECK("ch08 swiglu, n = " << n << ", " << (v.in_place ? "in place" : "out of place") << ", only " << v.name
-                 << " one float past a 16-byte boundary (the other arrays 256-byte aligned), " << seed_text()
-                 << ": rule: any float pointer is valid, each one on its own (the header asks for device pointers, "
-                    "not aligned ones); n % 4 == 0 says nothing about where the arrays start. The call failed ("
-                 << first_line(e) << ").\nhint: take the float4 path only when out, gate AND up are 16-byte aligned "
-                    "(reinterpret_cast<uintptr_t>(p) % 16 == 0 for each, checked on the host), a scalar "
-                    "grid-stride loop otherwise.");
+    const std::string where = std::string("only ") + v.name + " one float past a 16-byte boundary";
+    if (!runs_on_view([&] { check_swiglu(gate, up, v.in_place, false, where, v.view); },
+                      "ch08 swiglu, n = " + std::to_string(n) + ", " + (v.in_place ? "in place" : "out of place") +
+                          ", " + where + " (the other arrays 256-byte aligned), " + seed_text(),
+                      "n % 4 == 0 says nothing about where the arrays start: take the float4 path only when out, "
+                      "gate AND up are 16-byte aligned (reinterpret_cast<uintptr_t>(p) % 16 == 0 for each, checked "
+                      "on the host), a scalar grid-stride loop otherwise."))
       return;
-    }
   }
 }
 
