@@ -28,11 +28,11 @@
 #include "../lib/kernel_coverage_test.hpp"
 #include "../lib/poisoned_shared_memory.cuh"
 #include "kernel_reference.hpp"
+#include "stream_hold.cuh"
 #include "token_loop.cuh"
 #include "wb/api_counter.hpp"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
-#include "wb/global_timer.cuh"
 #include "wb/guarded_buffer.hpp"
 #include "wb/not_implemented.hpp"
 #include "wb/random.hpp"
@@ -1332,16 +1332,6 @@ std::size_t kernel_nodes(cudaGraph_t graph) {
 // returns while the hold still runs; one that waits for its work returns only when the hold gives
 // up (2 s). Each call is made once first, unheld, so that its kernels are loaded (lazy loading
 // may wait for the device while it loads a kernel).
-__global__ void hold_until_open(const volatile int* open, volatile int* gave_up, unsigned long long limit_ns) {
-  const unsigned long long t0 = wb::global_timer_ns();
-  while (*open == 0) {
-    if (wb::global_timer_ns() - t0 > limit_ns) {
-      *gave_up = 1;
-      return;
-    }
-  }
-}
-
 TEST_CASE("rule: a direct call returns while its stream is still busy (it never waits, even by polling)") {
   WB_REQUIRE_GPU();
   if (wb::debug_sync_enabled()) {
@@ -1365,43 +1355,30 @@ TEST_CASE("rule: a direct call returns while its stream is still busy (it never 
   WB_CUDA(cudaMemset(kc.data(), 0, kc.size() * sizeof(float)));
   WB_CUDA(cudaMemset(vc.data(), 0, vc.size() * sizeof(float)));
   WB_CUDA(cudaDeviceSynchronize());
-  // Two ints of pinned, mapped host memory: [0] opens the hold, [1] says it gave up.
-  struct Flags {
-    int* host = nullptr;
-    int* device = nullptr;
-    Flags() {
-      WB_CUDA(cudaHostAlloc(&host, 2 * sizeof(int), cudaHostAllocMapped));
-      WB_CUDA(cudaHostGetDevicePointer(&device, host, 0));
-    }
-    ~Flags() { cudaFreeHost(host); }
-    volatile int& operator[](int i) { return static_cast<volatile int*>(host)[i]; }
-  } flags;
+  ch08::testing::StreamHold hold;  // the timing test's
   Stream stream;
   const auto held = [&](const std::string& name, const std::function<void()>& call) {
     call();  // unheld first: the kernels get loaded
     WB_CUDA(cudaStreamSynchronize(stream.s));
-    flags[0] = 0;
-    flags[1] = 0;
-    hold_until_open<<<1, 1, 0, stream.s>>>(flags.device, flags.device + 1, 2'000'000'000ull);
-    WB_CHECK_LAUNCH("hold_until_open");
+    hold.hold(stream.s, 2'000'000'000ull);  // 2 s at most
     cudaError_t query = cudaSuccess;
-    int gave_up = 0;
+    bool gave_up = false;
     {
       struct Release {  // also when the call throws: open the hold and let the stream drain
-        Flags& f;
+        ch08::testing::StreamHold& h;
         cudaStream_t s;
         ~Release() {
-          f[0] = 1;
+          h.open();
           cudaStreamSynchronize(s);
         }
-      } release{flags, stream.s};
+      } release{hold, stream.s};
       call();
       query = cudaStreamQuery(stream.s);
-      gave_up = flags[1];
+      gave_up = hold.gave_up();
     }
     (void)cudaGetLastError();  // cudaErrorNotReady is the expected answer, not an error to keep
     WB_CUDA(cudaStreamSynchronize(stream.s));
-    if (query != cudaErrorNotReady || gave_up != 0)
+    if (query != cudaErrorNotReady || gave_up)
       FAIL_CHECK("ch08 " << name << ", called directly on a created stream that an earlier kernel holds busy "
                  "until the host lets it go, " << seed_text() << ": the call returned only after the stream had "
                  "drained (cudaStreamQuery right after it: " << cudaGetErrorName(query)

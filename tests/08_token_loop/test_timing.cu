@@ -22,10 +22,10 @@
 #include "../lib/owned_stream.hpp"
 #include "gpu_decoder.hpp"
 #include "persistent.hpp"  // chapter 03 (reference)
+#include "stream_hold.cuh"
 #include "token_loop.cuh"
 #include "wb/buffer.hpp"
 #include "wb/check.hpp"
-#include "wb/global_timer.cuh"
 #include "wb/model/checkpoint.hpp"
 #include "wb/model/data.hpp"
 #include "wb/model/generate.hpp"
@@ -90,41 +90,7 @@ void recheck(ch08::GpuDecoder& dec, const std::string& what) {
 // time is not in the measurement (what the graph saves is the host's launches; on the GPU a
 // direct call and its replay do the same work).
 
-// Spins until the host sets *open (mapped memory), or gives up after limit_ns (then *gave_up).
-__global__ void hold_stream(const volatile int* open, volatile int* gave_up, unsigned long long limit_ns) {
-  const unsigned long long t0 = wb::global_timer_ns();
-  while (*open == 0) {
-    if (wb::global_timer_ns() - t0 > limit_ns) {
-      *gave_up = 1;
-      return;
-    }
-  }
-}
-
-// Two ints of pinned, mapped host memory: [0] opens the hold, [1] says it gave up.
-class StreamHold {
- public:
-  StreamHold() {
-    WB_CUDA(cudaHostAlloc(&host_, 2 * sizeof(int), cudaHostAllocMapped));
-    WB_CUDA(cudaHostGetDevicePointer(&device_, host_, 0));
-  }
-  ~StreamHold() { cudaFreeHost(host_); }
-  StreamHold(const StreamHold&) = delete;
-  StreamHold& operator=(const StreamHold&) = delete;
-  void hold(cudaStream_t s) {
-    flag(0) = 0;
-    flag(1) = 0;
-    hold_stream<<<1, 1, 0, s>>>(device_, device_ + 1, 3'000'000'000ull);  // 3 s at most
-    WB_CHECK_LAUNCH("hold_stream");
-  }
-  void open() { flag(0) = 1; }
-  bool gave_up() { return flag(1) != 0; }
-
- private:
-  volatile int& flag(int i) { return static_cast<volatile int*>(host_)[i]; }
-  int* host_ = nullptr;
-  int* device_ = nullptr;
-};
+using ch08::testing::StreamHold;
 
 // GPU microseconds per call of `enqueue` (on `s`), `calls` of them back to back; < 0 when void.
 double held_us_per_call(StreamHold& hold, cudaStream_t s, cudaEvent_t start, cudaEvent_t stop, int calls,
@@ -137,7 +103,7 @@ double held_us_per_call(StreamHold& hold, cudaStream_t s, cudaEvent_t start, cud
       cudaStreamSynchronize(s);
     }
   };
-  hold.hold(s);
+  hold.hold(s, 3'000'000'000ull);  // 3 s at most
   {
     Release release{hold, s};
     WB_CUDA(cudaEventRecord(start, s));
